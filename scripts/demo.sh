@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The end-to-end demo on the bundled mini corpus: prepare, report, train, synthesize, diagnose.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$ROOT/scripts/setup_env.sh"
+cd "$ROOT"
+export TF_CPP_MIN_LOG_LEVEL=2
+exec "$ROOT/.venv/bin/python" -m myxtts demo --config configs/mini.yaml --workdir "${MYXTTS_DEMO_DIR:-runs/demo}" "$@"
