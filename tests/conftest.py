@@ -1,0 +1,59 @@
+"""Shared fixtures. Tests use the bundled real LJSpeech clips (data/ljspeech-bundled), never ../shared."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BUNDLED_CORPUS = REPO_ROOT / "data" / "ljspeech-bundled"
+
+
+@pytest.fixture(scope="session")
+def bundled_corpus() -> Path:
+    """The bundled corpus (read-only: copy it with `corpus_copy` before changing anything)."""
+    assert (BUNDLED_CORPUS / "metadata.csv").is_file(), "bundled corpus missing from the repository"
+    return BUNDLED_CORPUS
+
+
+@pytest.fixture
+def corpus_copy(tmp_path: Path, bundled_corpus: Path) -> Path:
+    """A writable copy of the bundled corpus in tmp_path/corpus."""
+    target = tmp_path / "corpus"
+    shutil.copytree(bundled_corpus, target)
+    return target
+
+
+def bundled_wavs(count: int | None = None) -> list[Path]:
+    wavs = sorted((BUNDLED_CORPUS / "wavs").glob("*.wav"))
+    return wavs if count is None else wavs[:count]
+
+
+@pytest.fixture
+def make_config(tmp_path: Path):
+    """Build a validated Config: corpus = bundled corpus, cache in tmp_path; sections override defaults.
+
+    Example: make_config(data={"num_buckets": 4}, model={"preset": "tiny"})
+    """
+    from myxtts.config import config_from_dict
+
+    def build(**sections):
+        raw = {name: dict(values) for name, values in sections.items()}
+        data = raw.setdefault("data", {})
+        data.setdefault("corpus_path", str(BUNDLED_CORPUS))
+        data.setdefault("cache_dir", str(tmp_path / "cache"))
+        return config_from_dict(raw, base_dir=tmp_path)
+
+    return build
+
+
+def espeak_available() -> bool:
+    return shutil.which("espeak-ng") is not None
+
+
+requires_espeak = pytest.mark.skipif(not espeak_available(), reason="espeak-ng binary not installed")
