@@ -1,0 +1,314 @@
+"""Waveform loading and the mel front-end.
+
+Two loaders:
+- ``load_audio`` (numpy, used by ``prepare`` and tools): any libsndfile format, downmixed to mono and
+  resampled with soxr from the file's own rate. Every way a file can be bad raises ``AudioError`` with a
+  ``reason`` so ``prepare`` can write it to rejected.csv instead of silently skipping it.
+- ``tf_load_wav`` (TF ops, the on-the-fly path): 16-bit PCM WAV at the configured rate only; it cannot
+  resample, so a mismatch fails with a message naming the fix (``myxtts prepare`` converts).
+
+``MelFrontend`` computes librosa-compatible slaney mel spectrograms with TF ops only (no numpy in the
+graph), so the same code runs in ``prepare``, inside ``tf.data`` maps and at synthesis.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import soundfile
+import soxr
+import tensorflow as tf
+
+from myxtts.config import AudioConfig
+
+AUDIO_ERROR_REASONS = ("missing_file", "zero_length", "not_audio", "truncated", "non_finite", "unreadable")
+
+
+class AudioError(ValueError):
+    """A clip that cannot be used; ``reason`` is one of ``AUDIO_ERROR_REASONS``."""
+
+    def __init__(self, path: str | os.PathLike, reason: str, detail: str) -> None:
+        if reason not in AUDIO_ERROR_REASONS:
+            raise ValueError(f"unknown AudioError reason {reason!r}")  # programming error
+        self.path = str(path)
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{self.path}: {detail} (reason: {reason})")
+
+
+# ---------------------------------------------------------------------------------------------
+# numpy loader
+# ---------------------------------------------------------------------------------------------
+
+def _wav_data_shortfall(path: Path) -> tuple[int, int] | None:
+    """For a RIFF/WAVE file: (bytes the data chunk declares, bytes actually present) when fewer are present.
+
+    libsndfile quietly returns fewer frames for a truncated WAV (or fails with a generic message), so the
+    chunk sizes are compared with the file size here. Returns None for non-WAV files, complete files and
+    streaming headers (data size 0 or 0xFFFFFFFF, meaning "unknown").
+    """
+    file_size = path.stat().st_size
+    with open(path, "rb") as handle:
+        header = handle.read(12)
+        if len(header) < 12 or header[:4] not in (b"RIFF", b"RIFX") or header[8:12] != b"WAVE":
+            return None
+        endian = "<" if header[:4] == b"RIFF" else ">"
+        offset = 12
+        while offset + 8 <= file_size:
+            handle.seek(offset)
+            chunk_id, chunk_size = struct.unpack(endian + "4sI", handle.read(8))
+            if chunk_id == b"data":
+                if chunk_size in (0, 0xFFFFFFFF):
+                    return None
+                present = file_size - (offset + 8)
+                return (chunk_size, present) if present < chunk_size else None
+            offset += 8 + chunk_size + (chunk_size & 1)  # chunks are word aligned
+        return None  # no data chunk found: a malformed header, libsndfile names the problem
+
+
+def load_audio(path: str | os.PathLike, sample_rate: int) -> np.ndarray:
+    """Read any libsndfile format, downmix to mono, resample with soxr from the file's own rate.
+
+    Returns float32 ``[samples]`` in [-1, 1]. Raises ``AudioError`` (reason missing_file, zero_length,
+    not_audio, truncated, non_finite or unreadable).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise AudioError(path, "missing_file", "file not found; check the corpus path and the clip id "
+                         "in the metadata")
+    if path.stat().st_size == 0:
+        raise AudioError(path, "zero_length", "file is empty (0 bytes); re-export or remove the clip")
+    shortfall = _wav_data_shortfall(path)
+    if shortfall is not None:
+        declared, present = shortfall
+        raise AudioError(path, "truncated", f"WAV header declares {declared} bytes of audio but the file "
+                         f"holds {present}; the copy was cut short, copy or re-export the file")
+    try:
+        info = soundfile.info(str(path))
+    except (soundfile.LibsndfileError, RuntimeError) as err:
+        text = str(err).lower()
+        if "format not recognised" in text or "unknown format" in text or "not a valid" in text:
+            raise AudioError(path, "not_audio", f"not an audio file libsndfile can read ({err}); "
+                             "check the file is really audio (WAV/FLAC/OGG) and not, e.g., a text or "
+                             "HTML file with an audio extension") from None
+        raise AudioError(path, "unreadable", f"cannot read the audio header ({err}); re-export the "
+                         "clip as WAV or FLAC") from None
+    try:
+        data, file_rate = soundfile.read(str(path), dtype="float32", always_2d=True)  # [samples, channels]
+    except (soundfile.LibsndfileError, RuntimeError) as err:
+        reason = "truncated" if "unexpected end" in str(err).lower() else "unreadable"
+        raise AudioError(path, reason, f"cannot decode the audio ({err}); re-export the clip as WAV or "
+                         "FLAC") from None
+    if info.frames > 0 and data.shape[0] < info.frames and info.format in ("WAV", "WAVEX", "RF64", "W64"):
+        raise AudioError(path, "truncated", f"header declares {info.frames} frames but only "
+                         f"{data.shape[0]} could be read; copy or re-export the file")
+    if data.shape[0] == 0:
+        raise AudioError(path, "zero_length", "file holds no audio samples; re-export or remove the clip")
+    if not np.all(np.isfinite(data)):
+        count = int(np.size(data) - np.count_nonzero(np.isfinite(data)))
+        raise AudioError(path, "non_finite", f"{count} samples are NaN or Inf (a broken float WAV); "
+                         "re-export the clip as 16-bit PCM")
+    mono = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]  # [samples]
+    if file_rate != sample_rate:
+        mono = soxr.resample(mono, file_rate, sample_rate, quality="HQ")
+    return np.ascontiguousarray(mono, dtype=np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# TF loader (on-the-fly path)
+# ---------------------------------------------------------------------------------------------
+
+def tf_load_wav(path: tf.Tensor | str, sample_rate: int) -> tf.Tensor:
+    """Read a 16-bit PCM WAV with TF ops; returns float32 ``[samples]`` (channels averaged).
+
+    TF cannot resample, so a file whose rate differs from ``sample_rate`` fails (eagerly or when the
+    dataset element is produced) with a message naming the file and the fix.
+    """
+    path = tf.convert_to_tensor(path, dtype=tf.string)
+    contents = tf.io.read_file(path)
+    audio, file_rate = tf.audio.decode_wav(contents)  # audio [samples, channels] float32, file_rate scalar
+    check = tf.debugging.Assert(
+        tf.equal(file_rate, tf.constant(sample_rate, tf.int32)),
+        ["Sample rate mismatch in", path, "file rate:", file_rate, "config audio.sample_rate:",
+         tf.constant(sample_rate, tf.int32),
+         "The TF-native loader cannot resample: run `myxtts prepare` (it converts every clip to the "
+         "configured rate) or set data.use_tf_native_loading: false."],
+        summarize=8)
+    with tf.control_dependencies([check]):
+        return tf.reduce_mean(audio, axis=1)  # [samples]
+
+
+# ---------------------------------------------------------------------------------------------
+# mel filterbank (numpy, computed once)
+# ---------------------------------------------------------------------------------------------
+
+_SLANEY_F_SP = 200.0 / 3.0  # Hz per mel below 1 kHz (linear part of the slaney scale)
+_SLANEY_MIN_LOG_HZ = 1000.0
+_SLANEY_MIN_LOG_MEL = _SLANEY_MIN_LOG_HZ / _SLANEY_F_SP
+_SLANEY_LOG_STEP = np.log(6.4) / 27.0
+
+
+def hz_to_mel(frequencies: np.ndarray | float) -> np.ndarray:
+    """Slaney (Auditory Toolbox) mel scale: linear below 1 kHz, logarithmic above."""
+    hz = np.asarray(frequencies, dtype=np.float64)
+    mels = hz / _SLANEY_F_SP
+    above = hz >= _SLANEY_MIN_LOG_HZ
+    return np.where(above, _SLANEY_MIN_LOG_MEL + np.log(np.maximum(hz, 1e-10) / _SLANEY_MIN_LOG_HZ)
+                    / _SLANEY_LOG_STEP, mels)
+
+
+def mel_to_hz(mels: np.ndarray | float) -> np.ndarray:
+    mels = np.asarray(mels, dtype=np.float64)
+    hz = mels * _SLANEY_F_SP
+    above = mels >= _SLANEY_MIN_LOG_MEL
+    return np.where(above, _SLANEY_MIN_LOG_HZ * np.exp(_SLANEY_LOG_STEP * (mels - _SLANEY_MIN_LOG_MEL)), hz)
+
+
+def slaney_mel_matrix(sample_rate: int, n_fft: int, n_mels: int, fmin: float, fmax: float) -> np.ndarray:
+    """Triangular slaney-scale filters with slaney area normalisation: ``[n_fft // 2 + 1, n_mels]`` float32.
+
+    Same construction as librosa.filters.mel(htk=False, norm='slaney') (computed in float64).
+    """
+    fft_frequencies = np.linspace(0.0, sample_rate / 2.0, n_fft // 2 + 1)  # [n_freq]
+    edges = mel_to_hz(np.linspace(hz_to_mel(fmin), hz_to_mel(fmax), n_mels + 2))  # [n_mels + 2] Hz
+    widths = np.diff(edges)  # [n_mels + 1]
+    ramps = edges[:, None] - fft_frequencies[None, :]  # [n_mels + 2, n_freq]
+    rising = -ramps[:-2] / widths[:-1, None]  # [n_mels, n_freq]
+    falling = ramps[2:] / widths[1:, None]
+    weights = np.maximum(0.0, np.minimum(rising, falling))  # [n_mels, n_freq]
+    weights *= (2.0 / (edges[2:] - edges[:-2]))[:, None]  # equal area per filter
+    return weights.T.astype(np.float32)  # [n_freq, n_mels]
+
+
+# ---------------------------------------------------------------------------------------------
+# mel front-end (TF ops)
+# ---------------------------------------------------------------------------------------------
+
+class MelFrontend:
+    """Log-compressed slaney mel spectrogram with TF ops; librosa-compatible (center=True, reflect pad).
+
+    ``frontend(waveform)``: ``[samples]`` -> ``[frames, n_mels]`` or ``[batch, samples]`` ->
+    ``[batch, frames, n_mels]``, frames = ``1 + samples // hop_length``. Both paths are tf.functions with
+    ``None``-dim input signatures, so clips of any length share one trace.
+    """
+
+    def __init__(self, audio_cfg: AudioConfig) -> None:
+        self.cfg = audio_cfg
+        self.sample_rate = audio_cfg.sample_rate
+        self.n_fft = audio_cfg.n_fft
+        self.win_length = audio_cfg.win_length
+        self.hop_length = audio_cfg.hop_length
+        self.n_mels = audio_cfg.n_mels
+        self.mel_power = float(audio_cfg.mel_power)
+        self.log_compression = audio_cfg.log_compression
+        self.log_floor = float(audio_cfg.log_floor)
+        self.padding = self.n_fft // 2
+        matrix = slaney_mel_matrix(self.sample_rate, self.n_fft, self.n_mels, audio_cfg.fmin, audio_cfg.fmax)
+        self.mel_matrix = tf.constant(matrix)  # [n_fft // 2 + 1, n_mels]
+        # periodic Hann of win_length, zero-padded to n_fft and centred (librosa's pad_center)
+        left = (self.n_fft - self.win_length) // 2
+        window = tf.signal.hann_window(self.win_length, periodic=True, dtype=tf.float32)
+        self.window = tf.pad(window, [[left, self.n_fft - self.win_length - left]])  # [n_fft]
+
+        self._mel_single = tf.function(
+            self._single, input_signature=[tf.TensorSpec([None], tf.float32)], autograph=False)
+        self._mel_batch = tf.function(
+            self._batched, input_signature=[tf.TensorSpec([None, None], tf.float32)], autograph=False)
+        self._mel_prepadded = tf.function(
+            self._linear_mel, input_signature=[tf.TensorSpec([None, None], tf.float32)], autograph=False)
+
+    # -- graph pieces ----------------------------------------------------------------------------
+    def _window_fn(self, frame_length: int, dtype: tf.DType = tf.float32) -> tf.Tensor:
+        return tf.cast(self.window, dtype)
+
+    def _linear_mel(self, padded: tf.Tensor) -> tf.Tensor:
+        """Mel (before compression) of already reflect-padded waves: [batch, padded] -> [batch, frames, n_mels]."""
+        stft = tf.signal.stft(padded, frame_length=self.n_fft, frame_step=self.hop_length,
+                              fft_length=self.n_fft, window_fn=self._window_fn, pad_end=False)
+        # stft: [batch, frames, n_fft // 2 + 1] complex64
+        if self.mel_power == 2.0:
+            spectrum = tf.math.square(tf.math.real(stft)) + tf.math.square(tf.math.imag(stft))
+        else:
+            spectrum = tf.math.pow(tf.math.abs(stft), self.mel_power)
+        return tf.linalg.matmul(spectrum, self.mel_matrix)  # [batch, frames, n_mels]
+
+    def _reflect_pad(self, waveform: tf.Tensor) -> tf.Tensor:
+        """[batch, samples] -> [batch, samples + 2 * (n_fft // 2)], reflect padded like librosa center=True."""
+        return tf.pad(waveform, [[0, 0], [self.padding, self.padding]], mode="REFLECT")
+
+    def _batched(self, waveform: tf.Tensor) -> tf.Tensor:
+        return self.compress(self._linear_mel(self._reflect_pad(waveform)))  # [batch, frames, n_mels]
+
+    def _single(self, waveform: tf.Tensor) -> tf.Tensor:
+        return self._batched(waveform[tf.newaxis, :])[0]  # [frames, n_mels]
+
+    # -- public ----------------------------------------------------------------------------------
+    def __call__(self, waveform: tf.Tensor | np.ndarray) -> tf.Tensor:
+        waveform = tf.convert_to_tensor(waveform, dtype=tf.float32)
+        rank = waveform.shape.rank
+        if rank == 1:
+            return self._mel_single(waveform)
+        if rank == 2:
+            return self._mel_batch(waveform)
+        raise ValueError(f"MelFrontend expects a waveform of shape [samples] or [batch, samples], got "
+                         f"shape {waveform.shape}.")
+
+    def linear_mel(self, waveform: tf.Tensor | np.ndarray) -> tf.Tensor:
+        """Mel before log compression (what is compared with librosa); same shapes as ``__call__``."""
+        waveform = tf.convert_to_tensor(waveform, dtype=tf.float32)
+        if waveform.shape.rank == 1:
+            return self._mel_prepadded(self._reflect_pad(waveform[tf.newaxis, :]))[0]
+        return self._mel_prepadded(self._reflect_pad(waveform))
+
+    def compress(self, mel: tf.Tensor) -> tf.Tensor:
+        """Log compression selected by ``audio.log_compression`` (values clipped at ``audio.log_floor``)."""
+        if self.log_compression == "natural":
+            return tf.math.log(tf.math.maximum(mel, self.log_floor))
+        if self.log_compression == "log10":
+            return tf.math.log(tf.math.maximum(mel, self.log_floor)) / tf.math.log(tf.constant(10.0, mel.dtype))
+        return mel
+
+    def decompress(self, log_mel: tf.Tensor) -> tf.Tensor:
+        """Inverse of ``compress`` (values below the floor come back as the floor)."""
+        if self.log_compression == "natural":
+            return tf.math.exp(log_mel)
+        if self.log_compression == "log10":
+            return tf.math.pow(tf.constant(10.0, log_mel.dtype), log_mel)
+        return log_mel
+
+    def tracing_count(self) -> int:
+        """Total traces of the compiled paths (stays at one per path whatever the clip lengths)."""
+        functions = (self._mel_single, self._mel_batch, self._mel_prepadded)
+        return sum(function.experimental_get_tracing_count() for function in functions)
+
+    def num_frames(self, num_samples: int) -> int:
+        return 1 + int(num_samples) // self.hop_length
+
+    def batch(self, waveforms: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Log mels of many clips in one graph call; each equals ``frontend(wave)`` for that clip.
+
+        Each clip is reflect-padded on its own (as a single call does), then zero-padded at the end to
+        the longest; a frame of a clip only covers its own padded samples, so the tail never leaks in.
+        Returns a list of float32 ``[frames_i, n_mels]`` arrays.
+        """
+        if not waveforms:
+            return []
+        padded_clips = []
+        for index, wave in enumerate(waveforms):
+            wave = np.asarray(wave, dtype=np.float32)
+            if wave.ndim != 1:
+                raise ValueError(f"MelFrontend.batch: clip {index} has shape {wave.shape}; expected [samples].")
+            if wave.shape[0] <= self.padding:
+                raise ValueError(f"MelFrontend.batch: clip {index} has {wave.shape[0]} samples; reflect "
+                                 f"padding needs more than n_fft // 2 = {self.padding}.")
+            padded_clips.append(np.pad(wave, self.padding, mode="reflect"))
+        longest = max(clip.shape[0] for clip in padded_clips)
+        stacked = np.zeros((len(padded_clips), longest), dtype=np.float32)  # [batch, padded samples]
+        for index, clip in enumerate(padded_clips):
+            stacked[index, : clip.shape[0]] = clip
+        mels = self.compress(self._mel_prepadded(tf.constant(stacked))).numpy()  # [batch, frames, n_mels]
+        return [mels[index, : self.num_frames(wave.shape[0])] for index, wave in enumerate(waveforms)]
