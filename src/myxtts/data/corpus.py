@@ -1,0 +1,165 @@
+"""Read a corpus description into entries and rejections; never crash, never drop a line silently.
+
+Two layouts:
+
+- ``ljspeech``: a folder with ``metadata.csv`` (``id|text|normalized``; the normalized column is used
+  when present and non-empty) and ``wavs/<id>.wav``. One speaker.
+- ``list``: a list file with ``path|text|speaker[|language]`` lines; paths are relative to the list
+  file's folder. The entry id is the path without its extension (so two speakers may both have a
+  ``001.wav``).
+
+Every line that cannot become an entry becomes a ``Rejection`` naming the file, the line number, a
+reason code and a message. Lines are decoded one at a time from bytes, so one line with bad bytes
+costs that line only.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+# Reason codes produced here (prepare adds audio / text / duration reasons).
+WRONG_FIELD_COUNT = "wrong_field_count"
+NON_UTF8 = "non_utf8"
+EMPTY_TEXT = "empty_text"
+DUPLICATE_ID = "duplicate_id"
+MISSING_FILE = "missing_file"
+
+LJSPEECH_SPEAKER = "ljspeech"
+
+
+@dataclass(frozen=True)
+class CorpusEntry:
+    """One utterance of the corpus, before any audio is read."""
+
+    id: str
+    audio_path: Path
+    text: str
+    speaker: str
+    language: str
+    line_number: int  # 1-based line in the metadata / list file
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why one line or clip was not accepted.
+
+    ``file`` is the file the problem is in: the metadata / list file for line problems, the audio
+    file for audio problems. ``line`` is always the line of the metadata / list file.
+    """
+
+    file: str
+    line: int
+    reason: str
+    message: str
+
+
+@dataclass
+class CorpusReadResult:
+    entries: list[CorpusEntry] = field(default_factory=list)
+    rejections: list[Rejection] = field(default_factory=list)
+    source: Path | None = None  # the metadata / list file that was read
+
+
+def read_corpus(path: str | Path, corpus_format: str, language: str = "en") -> CorpusReadResult:
+    """Read an ``ljspeech`` folder or a ``list`` file. Raises ValueError only if ``path`` itself is unusable."""
+    path = Path(path)
+    if corpus_format == "ljspeech":
+        return read_ljspeech(path, language=language)
+    if corpus_format == "list":
+        return read_list(path, language=language)
+    raise ValueError(f"Unknown corpus format {corpus_format!r} (data.corpus_format): use 'ljspeech' or 'list'.")
+
+
+def read_ljspeech(folder: Path, language: str = "en") -> CorpusReadResult:
+    metadata = folder / "metadata.csv"
+    if not metadata.is_file():
+        raise ValueError(f"LJSpeech corpus {folder}: metadata.csv not found (data.corpus_path must be the folder "
+                         "holding metadata.csv and wavs/).")
+    result = CorpusReadResult(source=metadata)
+    seen: dict[str, int] = {}
+    for line_number, line in _decoded_lines(metadata, result):
+        fields = line.split("|")
+        if len(fields) not in (2, 3):
+            result.rejections.append(Rejection(str(metadata), line_number, WRONG_FIELD_COUNT,
+                                               f"{metadata}:{line_number}: expected 'id|text|normalized' "
+                                               f"(2 or 3 fields), got {len(fields)}."))
+            continue
+        utterance_id = fields[0].strip()
+        # the normalized column (numbers and abbreviations expanded) when present, else the raw text
+        text = fields[2] if len(fields) == 3 and fields[2].strip() else fields[1]
+        entry = CorpusEntry(utterance_id, folder / "wavs" / f"{utterance_id}.wav", text.strip(),
+                            LJSPEECH_SPEAKER, language, line_number)
+        _accept(entry, metadata, seen, result)
+    return result
+
+
+def read_list(list_file: Path, language: str = "en") -> CorpusReadResult:
+    if not list_file.is_file():
+        raise ValueError(f"List corpus {list_file} not found (data.corpus_path must be a 'path|text|speaker"
+                         "[|language]' file for data.corpus_format: list).")
+    result = CorpusReadResult(source=list_file)
+    seen: dict[str, int] = {}
+    for line_number, line in _decoded_lines(list_file, result):
+        fields = line.split("|")
+        if len(fields) not in (3, 4):
+            result.rejections.append(Rejection(str(list_file), line_number, WRONG_FIELD_COUNT,
+                                               f"{list_file}:{line_number}: expected 'path|text|speaker[|language]' "
+                                               f"(3 or 4 fields), got {len(fields)}."))
+            continue
+        relative = fields[0].strip()
+        speaker = fields[2].strip()
+        entry_language = fields[3].strip() if len(fields) == 4 and fields[3].strip() else language
+        if not relative or not speaker:
+            result.rejections.append(Rejection(str(list_file), line_number, WRONG_FIELD_COUNT,
+                                               f"{list_file}:{line_number}: the path and speaker fields must not "
+                                               "be empty."))
+            continue
+        audio_path = (list_file.parent / relative).resolve()
+        utterance_id = Path(relative).with_suffix("").as_posix()
+        entry = CorpusEntry(utterance_id, audio_path, fields[1].strip(), speaker, entry_language, line_number)
+        _accept(entry, list_file, seen, result)
+    return result
+
+
+def _decoded_lines(path: Path, result: CorpusReadResult):
+    """Yield (line_number, text) for each non-blank line; undecodable lines become rejections."""
+    raw = path.read_bytes()
+    for line_number, raw_line in enumerate(raw.split(b"\n"), start=1):
+        raw_line = raw_line.rstrip(b"\r")
+        if line_number == 1 and raw_line.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte order mark
+            raw_line = raw_line[3:]
+        try:
+            line = raw_line.decode("utf-8")
+        except UnicodeDecodeError as err:
+            result.rejections.append(Rejection(str(path), line_number, NON_UTF8,
+                                               f"{path}:{line_number}: not valid UTF-8 at byte {err.start} "
+                                               f"({raw_line[err.start:err.start + 4]!r}); re-save the file as UTF-8."))
+            continue
+        if line.strip():
+            yield line_number, line
+
+
+def _accept(entry: CorpusEntry, source: Path, seen: dict[str, int], result: CorpusReadResult) -> None:
+    """Append the entry, or a rejection for an empty text, a duplicate id or a missing audio file."""
+    where = f"{source}:{entry.line_number}"
+    if not entry.id:
+        result.rejections.append(Rejection(str(source), entry.line_number, WRONG_FIELD_COUNT,
+                                           f"{where}: empty id field."))
+    elif not entry.text:
+        result.rejections.append(Rejection(str(source), entry.line_number, EMPTY_TEXT,
+                                           f"{where}: '{entry.id}' has an empty text."))
+    elif entry.id in seen:
+        result.rejections.append(Rejection(str(source), entry.line_number, DUPLICATE_ID,
+                                           f"{where}: id '{entry.id}' already used on line {seen[entry.id]}; "
+                                           "the first occurrence is kept."))
+    elif not entry.audio_path.is_file():
+        seen[entry.id] = entry.line_number
+        result.rejections.append(Rejection(str(entry.audio_path), entry.line_number, MISSING_FILE,
+                                           f"{where}: audio file {entry.audio_path} for '{entry.id}' does not exist."))
+    else:
+        seen[entry.id] = entry.line_number
+        result.entries.append(entry)
