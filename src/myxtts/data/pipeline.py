@@ -1,0 +1,337 @@
+"""InputPipeline: tf.data batches with a finite set of fully static shapes (``signatures()``).
+
+Two sources, same batch-dict contract (docs/architecture.md):
+
+- **cache** (default): every shard of the prepared cache is loaded into memory once; tokens and mels
+  live in ``tf.RaggedTensor`` s and each element is a ``tf.gather`` by row index (TF ops only: no
+  Python generator, no py_function). Order: row indices -> shuffle -> repeat -> parse map (gather)
+  -> reference map -> bucket + pad -> prefetch. The shuffle runs on row indices, before the gather,
+  so its buffer holds int64s instead of mels (2048 LJSpeech mels would be ~370 MB); no
+  ``dataset.cache()`` since the source already is in memory.
+- **on the fly** (``data.use_tf_native_loading: true``): ``tf_load_wav`` + ``MelFrontend`` inside the
+  parse map (TF ops only). It uses the prepared manifest for the accepted ids, splits and speaker
+  table, and ``vocab.json``; tokens are encoded ahead in Python once at construction (text is
+  cheap) and frame counts come from the WAV headers. Order: rows -> parse map -> cache (in memory,
+  so epochs after the first skip decoding) -> shuffle -> repeat -> reference map -> bucket + pad ->
+  prefetch.
+
+Buckets: ``group_by_window`` keyed by the bucket id with a per-bucket ``padded_batch`` to the bucket
+shape, ``drop_remainder=True``; every batch therefore has exactly one shape of ``signatures()``.
+The validation split (repeat=False) pads each bucket's rows to a whole number of batches by repeating
+its own rows, so no validation utterance is dropped. The bucket plan is computed on all utterances
+(train and validation), so both splits share the same signatures and nothing retraces.
+
+References (voice conditioning): for each utterance, another utterance of the same speaker (chosen
+at random among all cached utterances) when there is one, else itself; then a random crop of
+``data.reference_frames`` frames (zero-padded when shorter, ``reference_lengths`` = true length).
+All random ops are stateless, seeded by (data.seed, element position), so a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from myxtts.config import AUTOTUNE
+from myxtts.data.buckets import PLAN_FILE, BucketParams, BucketPlan, FillReport, log_misfits, plan_buckets
+from myxtts.data.cache import VOCAB_FILE, CacheError, FeatureCache, check_manifest, feature_params
+
+logger = logging.getLogger(__name__)
+
+BATCH_KEYS = ("tokens", "token_lengths", "mel", "mel_lengths", "reference_mel", "reference_lengths", "speaker_ids")
+
+
+# ---------------------------------------------------------------------------------------------
+# small TF functions (each works eagerly and inside Dataset.map)
+# ---------------------------------------------------------------------------------------------
+
+def uniform_index(seed: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
+    """A seeded uniform int32 in [0, count) (0 when count <= 0). ``seed``: int64 [2]."""
+    count = tf.maximum(tf.cast(count, tf.int32), 1)
+    u = tf.random.stateless_uniform([], seed=seed, dtype=tf.float32)
+    return tf.minimum(tf.cast(tf.floor(u * tf.cast(count, tf.float32)), tf.int32), count - 1)
+
+
+def pick_reference_row(row: tf.Tensor, seed: tf.Tensor, tables: dict[str, tf.Tensor]) -> tf.Tensor:
+    """Another row of the same speaker (uniform over the others), or ``row`` itself when it is alone.
+
+    ``tables``: ``group_start`` / ``group_size`` / ``position`` per row and ``members`` (rows sorted by
+    speaker), all int32.
+    """
+    row = tf.cast(row, tf.int32)
+    start = tf.gather(tables["group_start"], row)
+    size = tf.gather(tables["group_size"], row)
+    position = tf.gather(tables["position"], row)
+    choice = uniform_index(seed, size - 1)  # among the size - 1 others
+    choice = tf.where(choice >= position, choice + 1, choice)  # skip the utterance itself
+    other = tf.gather(tables["members"], start + tf.minimum(choice, size - 1))
+    return tf.where(size > 1, other, row)
+
+
+def crop_start(length: tf.Tensor, frames: int, seed: tf.Tensor) -> tf.Tensor:
+    """Seeded random first frame of a ``frames``-long crop of a ``length``-frame clip (0 if shorter)."""
+    return uniform_index(seed, tf.maximum(tf.cast(length, tf.int32) - frames, 0) + 1)
+
+
+def crop_and_pad(mel: tf.Tensor, start: tf.Tensor, frames: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """``mel[start:start + frames]`` zero-padded to ``frames`` -> ([frames, n_mels], true length)."""
+    piece = mel[start:start + frames]  # [<= frames, n_mels]
+    length = tf.shape(piece)[0]
+    padded = tf.pad(piece, [[0, frames - length], [0, 0]])  # [frames, n_mels]
+    padded = tf.ensure_shape(padded, [frames, mel.shape[-1]])
+    return padded, length
+
+
+def bucket_key(element: dict[str, tf.Tensor]) -> tf.Tensor:
+    return tf.cast(element["bucket"], tf.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# sources: what the parse map reads
+# ---------------------------------------------------------------------------------------------
+
+class _CacheSource:
+    """All utterances of the cache in RaggedTensors; parse = gather by row."""
+
+    def __init__(self, cfg: Any, cache: FeatureCache | None) -> None:
+        self.cache = cache if cache is not None else FeatureCache.load(cfg)
+        c = self.cache
+        self.ids, self.manifest = c.ids, c.manifest
+        self.token_lengths, self.mel_lengths, self.speaker_ids = c.token_lengths, c.mel_lengths, c.speaker_ids
+        self.n_mels = c.n_mels
+        self.tokens = tf.RaggedTensor.from_row_lengths(tf.constant(c.tokens), tf.constant(c.token_lengths))
+        self.mel = tf.RaggedTensor.from_row_lengths(tf.constant(c.mel), tf.constant(c.mel_lengths))  # float16
+
+    def parse(self, row: tf.Tensor) -> dict[str, tf.Tensor]:
+        tokens = self.tokens[row]  # [tokens] int32
+        mel = tf.cast(self.mel[row], tf.float32)  # [frames, n_mels]
+        return {"tokens": tokens, "mel": tf.ensure_shape(mel, [None, self.n_mels])}
+
+    def reference_mel(self, row: tf.Tensor, frames: int, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        mel = tf.cast(self.mel[row], tf.float32)  # [frames_row, n_mels]
+        start = crop_start(tf.shape(mel)[0], frames, seed)
+        return crop_and_pad(mel, start, frames)
+
+
+class _WavSource:
+    """Prepared manifest + vocab for ids / tokens; WAVs decoded and mels computed with TF ops."""
+
+    def __init__(self, cfg: Any) -> None:
+        import soundfile
+
+        from myxtts.audio import MelFrontend
+        from myxtts.data.corpus import read_corpus
+        from myxtts.text import TextProcessor, Vocabulary
+
+        cache_dir = Path(cfg.cache_dir)
+        manifest, problem = check_manifest(cache_dir, cfg.feature_hash(), feature_params(cfg))
+        if manifest is None:
+            raise CacheError(f"data.use_tf_native_loading needs the manifest of `myxtts prepare` (accepted ids, "
+                             f"splits, speakers, vocabulary): {problem}.")
+        self.manifest = manifest
+        accepted = set(manifest["splits"]["train"]) | set(manifest["splits"]["validation"])
+        entries = [e for e in read_corpus(cfg.corpus_path, cfg.data.corpus_format, cfg.data.language).entries
+                   if e.id in accepted]
+        processor = TextProcessor(cfg.text, Vocabulary.load(cache_dir / VOCAB_FILE))
+        token_lists = processor.encode_many([e.text for e in entries])  # encoded once, here, in Python
+        self.frontend = MelFrontend(cfg.audio)
+        self.sample_rate, self.hop = cfg.audio.sample_rate, cfg.audio.hop_length
+        frames = []
+        for entry in entries:
+            info = soundfile.info(str(entry.audio_path))
+            if info.samplerate != self.sample_rate:
+                raise ValueError(f"{entry.audio_path}: {info.samplerate} Hz but audio.sample_rate is {self.sample_rate}; "
+                                 "the TF-native loader cannot resample. Set data.use_tf_native_loading: false "
+                                 "to train from the prepared cache (prepare converts every clip).")
+            frames.append(self.frontend.num_frames(info.frames))
+        speakers = {name: index for index, name in enumerate(manifest["speakers"])}
+        self.ids = [e.id for e in entries]
+        self.token_lengths = np.array([len(t) for t in token_lists], np.int32)
+        self.mel_lengths = np.array(frames, np.int32)
+        self.speaker_ids = np.array([speakers[e.speaker] for e in entries], np.int32)
+        self.n_mels = cfg.audio.n_mels
+        self.paths = tf.constant([str(e.audio_path) for e in entries])
+        flat = np.concatenate([np.asarray(t, np.int32) for t in token_lists]) if token_lists else np.zeros(0, np.int32)
+        self.tokens = tf.RaggedTensor.from_row_lengths(tf.constant(flat), tf.constant(self.token_lengths))
+
+    def _mel(self, waveform: tf.Tensor) -> tf.Tensor:
+        return tf.ensure_shape(self.frontend(waveform), [None, self.n_mels])  # [frames, n_mels]
+
+    def parse(self, row: tf.Tensor) -> dict[str, tf.Tensor]:
+        from myxtts.audio import tf_load_wav
+
+        waveform = tf_load_wav(tf.gather(self.paths, row), self.sample_rate)  # [samples]
+        return {"tokens": self.tokens[row], "mel": self._mel(waveform)}
+
+    def reference_mel(self, row: tf.Tensor, frames: int, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        from myxtts.audio import tf_load_wav
+
+        waveform = tf_load_wav(tf.gather(self.paths, row), self.sample_rate)  # [samples]
+        length = tf.gather(tf.constant(self.mel_lengths), row)
+        start = crop_start(length, frames, seed)
+        # the samples behind frames [start, start + frames): frame i is centred on sample i * hop
+        piece = waveform[start * self.hop:(start + frames - 1) * self.hop + 1]
+        return crop_and_pad(self._mel(piece), 0, frames)
+
+
+# ---------------------------------------------------------------------------------------------
+# the pipeline
+# ---------------------------------------------------------------------------------------------
+
+class InputPipeline:
+    """Batches of the ``split`` ("train" or "validation") in the shapes of ``signatures()``."""
+
+    def __init__(self, cfg: Any, split: str = "train", cache: FeatureCache | None = None) -> None:
+        if split not in ("train", "validation"):
+            raise ValueError(f"InputPipeline split must be 'train' or 'validation', got {split!r}.")
+        self.cfg, self.split = cfg, split
+        d = cfg.data
+        self.source = _WavSource(cfg) if d.use_tf_native_loading else _CacheSource(cfg, cache)
+        s = self.source
+        self.plan = self._load_plan()
+        self.row_buckets = self.plan.assign(s.token_lengths, s.mel_lengths)  # [utterances], -1 = fits no bucket
+        wanted = set(s.manifest["splits"][split])
+        in_split = np.array([utterance_id in wanted for utterance_id in s.ids], dtype=bool)
+        split_rows = np.flatnonzero(in_split)
+        self.skipped_ids = log_misfits(self.plan, [s.ids[i] for i in split_rows], s.token_lengths[split_rows],
+                                       s.mel_lengths[split_rows], split=split)
+        self.rows = split_rows[self.row_buckets[split_rows] >= 0]  # [fitting utterances of the split]
+        if self.rows.size == 0:
+            raise ValueError(f"No {split} utterance fits the bucket plan ({self.plan.describe()}); raise "
+                             "data.max_text_length / data.max_mel_frames (see `myxtts stats`).")
+        self.reference_tables = _speaker_tables(s.speaker_ids)
+
+    def _load_plan(self) -> BucketPlan:
+        """The plan saved by prepare when it matches the data settings, else computed on all utterances."""
+        params = BucketParams.from_config(self.cfg.data)
+        path = Path(self.cfg.cache_dir) / PLAN_FILE
+        if path.is_file():
+            try:
+                plan = BucketPlan.load(path)
+                if plan.params == params:
+                    return plan
+            except (ValueError, KeyError, TypeError):
+                logger.warning("Ignoring unreadable %s; recomputing the bucket plan.", path)
+        return plan_buckets(self.source.token_lengths, self.source.mel_lengths, params)
+
+    # ---- contract --------------------------------------------------------------------------
+    def signatures(self) -> list[dict[str, tf.TensorSpec]]:
+        """One fully static batch signature per bucket (the input_signature of each compiled step)."""
+        n_mels, reference_frames = self.source.n_mels, self.cfg.data.reference_frames
+        out = []
+        for b in self.plan.buckets:
+            out.append({
+                "tokens": tf.TensorSpec([b.batch_size, b.text_length], tf.int32),
+                "token_lengths": tf.TensorSpec([b.batch_size], tf.int32),
+                "mel": tf.TensorSpec([b.batch_size, b.mel_frames, n_mels], tf.float32),
+                "mel_lengths": tf.TensorSpec([b.batch_size], tf.int32),
+                "reference_mel": tf.TensorSpec([b.batch_size, reference_frames, n_mels], tf.float32),
+                "reference_lengths": tf.TensorSpec([b.batch_size], tf.int32),
+                "speaker_ids": tf.TensorSpec([b.batch_size], tf.int32),
+            })
+        return out
+
+    def fill_report(self) -> FillReport:
+        """Real vs padded mel frames and text tokens of this split under the plan, number of shapes."""
+        s = self.source
+        wanted = set(s.manifest["splits"][self.split])
+        split_rows = np.array([i for i, u in enumerate(s.ids) if u in wanted], dtype=np.int64)
+        return self.plan.fill(s.token_lengths[split_rows], s.mel_lengths[split_rows])
+
+    # ---- the dataset ---------------------------------------------------------------------------
+    def _rows(self, repeat: bool) -> np.ndarray:
+        """Rows of the split; validation without repeat: each bucket topped up to whole batches."""
+        if repeat or self.split == "train":
+            return self.rows
+        rows = []
+        for index, bucket in enumerate(self.plan.buckets):
+            members = self.rows[self.row_buckets[self.rows] == index]
+            if members.size:
+                total = -(-members.size // bucket.batch_size) * bucket.batch_size
+                rows.append(np.resize(members, total))  # repeats its own rows to fill the last batch
+        return np.concatenate(rows)
+
+    def dataset(self, repeat: bool = True) -> tf.data.Dataset:
+        d = self.cfg.data
+        s = self.source
+        parallel = tf.data.AUTOTUNE if d.num_workers == AUTOTUNE else d.num_workers
+        shuffle = self.split == "train"
+        row_buckets = tf.constant(self.row_buckets, tf.int32)
+        mel_lengths = tf.constant(s.mel_lengths, tf.int32)
+        token_lengths = tf.constant(s.token_lengths, tf.int32)
+        speaker_ids = tf.constant(s.speaker_ids, tf.int32)
+        tables = {k: tf.constant(v, tf.int32) for k, v in self.reference_tables.items()}
+        reference_frames = d.reference_frames
+
+        def parse(row: tf.Tensor) -> dict[str, tf.Tensor]:
+            element = s.parse(row)
+            element.update(row=row, token_lengths=tf.gather(token_lengths, row),
+                           mel_lengths=tf.gather(mel_lengths, row), speaker_ids=tf.gather(speaker_ids, row),
+                           bucket=tf.gather(row_buckets, row))
+            return element
+
+        def add_reference(position: tf.Tensor, element: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            seed = tf.stack([tf.constant(d.seed, tf.int64), tf.cast(position, tf.int64) * 2])  # [2]
+            other = pick_reference_row(element["row"], seed, tables)
+            reference, length = s.reference_mel(other, reference_frames, seed + tf.constant([0, 1], tf.int64))
+            return {**element, "reference_mel": reference, "reference_lengths": length}
+
+        rows = tf.data.Dataset.from_tensor_slices(tf.constant(self._rows(repeat), tf.int32))
+        if d.use_tf_native_loading:
+            dataset = rows.map(parse, num_parallel_calls=parallel).cache()
+            if shuffle:
+                dataset = dataset.shuffle(d.shuffle_buffer_size, seed=d.seed, reshuffle_each_iteration=True)
+            if repeat:
+                dataset = dataset.repeat()
+        else:
+            dataset = rows
+            if shuffle:
+                dataset = dataset.shuffle(d.shuffle_buffer_size, seed=d.seed, reshuffle_each_iteration=True)
+            if repeat:
+                dataset = dataset.repeat()
+            dataset = dataset.map(parse, num_parallel_calls=parallel)
+        dataset = dataset.enumerate().map(add_reference, num_parallel_calls=parallel)
+        dataset = dataset.group_by_window(key_func=bucket_key, reduce_func=self._batch_bucket,
+                                          window_size_func=self._window_size)
+        dataset = dataset.map(lambda batch: {key: batch[key] for key in BATCH_KEYS})
+        return self._prefetch(dataset)
+
+    def _window_size(self, key: tf.Tensor) -> tf.Tensor:
+        return tf.gather(tf.constant([b.batch_size for b in self.plan.buckets], tf.int64), key)
+
+    def _batch_bucket(self, key: tf.Tensor, window: tf.data.Dataset) -> tf.data.Dataset:
+        """Pad one bucket's window to the bucket shape (text_length, mel_frames) with drop_remainder."""
+        buckets = self.plan.buckets
+        text = tf.gather(tf.constant([b.text_length for b in buckets], tf.int64), key)
+        mel = tf.gather(tf.constant([b.mel_frames for b in buckets], tf.int64), key)
+        scalar = tf.constant([], tf.int64)
+        shapes = {"tokens": tf.reshape(text, [1]), "mel": tf.stack([mel, self.source.n_mels]),
+                  "reference_mel": tf.constant([self.cfg.data.reference_frames, self.source.n_mels], tf.int64),
+                  **{name: scalar for name in ("token_lengths", "mel_lengths", "reference_lengths", "speaker_ids",
+                                               "row", "bucket")}}
+        return window.padded_batch(self._window_size(key), padded_shapes=shapes, drop_remainder=True)
+
+    def _prefetch(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        d = self.cfg.data
+        buffer = tf.data.AUTOTUNE if d.prefetch_buffer_size == AUTOTUNE else d.prefetch_buffer_size
+        if d.prefetch_to_gpu and tf.config.list_physical_devices("GPU"):
+            # must be the last transformation; None lets tf.data pick the device buffer size
+            return dataset.apply(tf.data.experimental.prefetch_to_device(
+                "/GPU:0", buffer_size=None if d.prefetch_buffer_size == AUTOTUNE else d.prefetch_buffer_size))
+        return dataset.prefetch(buffer)
+
+
+def _speaker_tables(speaker_ids: np.ndarray) -> dict[str, np.ndarray]:
+    """Rows grouped by speaker: members (rows sorted by speaker), and per row its group's start,
+    size and its own position inside the group."""
+    order = np.argsort(speaker_ids, kind="stable").astype(np.int32)  # [utterances]
+    counts = np.bincount(speaker_ids) if speaker_ids.size else np.zeros(0, np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]) if counts.size else np.zeros(0, np.int64)
+    position = np.empty_like(order)
+    position[order] = np.arange(order.size, dtype=np.int32) - starts[speaker_ids[order]]
+    return {"members": order, "group_start": starts[speaker_ids].astype(np.int32),
+            "group_size": counts[speaker_ids].astype(np.int32), "position": position.astype(np.int32)}
