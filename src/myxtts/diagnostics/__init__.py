@@ -1,0 +1,17 @@
+"""Diagnostics: the retrace explainer (any TF program), `diagnose retracing` / `pipeline`, and lint.
+
+Public API::
+
+    from myxtts.diagnostics import RetraceMonitor, RetraceError, explain_retracing
+    monitor = RetraceMonitor(strict=False, json_path=None)
+    step = monitor.watch(tf_function, name="train_step[bucket 3]")
+    monitor.end_warmup()
+    with explain_retracing(strict=False, json_path=None) as monitor: ...
+"""
+
+from myxtts.diagnostics.events import CAUSES, FIRST_TRACE, JSON_FIELDS, RetraceError, RetraceEvent
+from myxtts.diagnostics.monitor import RetraceMonitor, WatchedFunction
+from myxtts.diagnostics.patching import explain_retracing
+
+__all__ = ["CAUSES", "FIRST_TRACE", "JSON_FIELDS", "RetraceError", "RetraceEvent", "RetraceMonitor",
+           "WatchedFunction", "explain_retracing"]

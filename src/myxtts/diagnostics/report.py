@@ -1,0 +1,54 @@
+"""Summary of a monitoring session: traces per function, causes, tracing time; and its text table."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from myxtts.diagnostics.events import FIRST_TRACE, RetraceEvent
+
+
+def summary(records: list, events: list[RetraceEvent], first_traces: list[RetraceEvent]) -> dict[str, Any]:
+    functions = []
+    for record in records:
+        if not record.traces and not record.xla_compiles:
+            continue
+        functions.append({
+            "function": record.label,
+            "defined_at": record.identity.defined_at,
+            "traces": record.traces,
+            "retraces": sum(n for cause, n in record.causes.items() if cause != FIRST_TRACE),
+            "xla_compiles": record.xla_compiles if record.jit else None,
+            "causes": dict(record.causes),
+            "tracing_seconds": round(record.tracing_seconds, 4),
+        })
+    causes = Counter(event.cause for event in events)
+    return {
+        "functions": functions,
+        "total_traces": sum(f["traces"] for f in functions),
+        "retraces": len([e for e in events if e.cause != FIRST_TRACE]),
+        "unexpected": len([e for e in events if e.unexpected]),
+        "causes": dict(causes),
+        "total_tracing_seconds": round(sum(f["tracing_seconds"] for f in functions), 4),
+        "first_traces": len(first_traces),
+    }
+
+
+def format_summary(data: dict[str, Any]) -> str:
+    """A fixed-width table: one row per function, then the totals."""
+    rows = [("function", "traces", "retraces", "causes", "tracing s", "defined at")]
+    for item in data["functions"]:
+        causes = ", ".join(f"{cause}x{n}" for cause, n in sorted(item["causes"].items()) if cause != FIRST_TRACE)
+        rows.append((item["function"], str(item["traces"]), str(item["retraces"]), causes or "-",
+                     f"{item['tracing_seconds']:.3f}", item["defined_at"]))
+    widths = [min(max(len(row[i]) for row in rows), 60) for i in range(len(rows[0]))]
+    lines = ["Retracing summary"]
+    for index, row in enumerate(rows):
+        lines.append("  ".join(cell[:60].ljust(width) for cell, width in zip(row, widths)).rstrip())
+        if index == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    causes = ", ".join(f"{cause}: {n}" for cause, n in sorted(data["causes"].items())) or "none"
+    lines.append(f"total: {data['total_traces']} traces, {data['retraces']} retraces "
+                 f"({data['unexpected']} unexpected), {data['total_tracing_seconds']:.3f} s tracing; "
+                 f"causes: {causes}")
+    return "\n".join(lines)
