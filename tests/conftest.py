@@ -57,3 +57,23 @@ def espeak_available() -> bool:
 
 
 requires_espeak = pytest.mark.skipif(not espeak_available(), reason="espeak-ng binary not installed")
+
+
+@pytest.fixture(scope="session")
+def prepared_cache(tmp_path_factory):
+    """A Config (configs/mini.yaml settings) whose cache_dir holds the prepared bundled corpus.
+
+    Built once per session with `myxtts.data.prepare.prepare`; treat it as read-only.
+    """
+    from myxtts.config import config_from_dict
+    from myxtts.data.prepare import prepare
+
+    root = tmp_path_factory.mktemp("prepared")
+    cfg = config_from_dict({
+        "data": {"corpus_path": str(BUNDLED_CORPUS), "cache_dir": str(root / "cache"), "max_text_length": 192,
+                 "max_mel_frames": 880, "batch_frames": 2400, "batch_size": 8, "num_buckets": 4,
+                 "validation_size": 2, "reference_frames": 96},
+        "model": {"preset": "tiny", "reduction_factor": 2},
+    }, base_dir=root)
+    prepare(cfg, progress=False)
+    return cfg

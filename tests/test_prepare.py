@@ -1,0 +1,214 @@
+"""prepare(): every bad input rejected with its named reason; cache reuse, invalidation, crash safety.
+
+Bad corpora are built in tmp_path from copies of the real bundled clips.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+
+from myxtts.data.cache import FeatureCache, CacheError
+from myxtts.data.prepare import prepare, validation_ids
+
+GOOD = 4  # real clips kept as they are
+
+
+def _read(path: Path) -> tuple[np.ndarray, int]:
+    return soundfile.read(str(path), dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def bad_corpus(tmp_path_factory, bundled_corpus: Path) -> tuple[Path, dict[str, str], list[str]]:
+    """An LJSpeech-layout corpus: GOOD real clips, one line per bad case, a stereo and a 16 kHz clip."""
+    root = tmp_path_factory.mktemp("bad_corpus")
+    wavs = root / "wavs"
+    wavs.mkdir()
+    lines = [line for line in (bundled_corpus / "metadata.csv").read_text(encoding="utf-8").splitlines() if line]
+    real = {line.split("|")[0]: line.split("|")[2] for line in lines}
+    ids = list(real)
+    source = bundled_corpus / "wavs"
+    rows: list[bytes] = []
+    expected: dict[str, str] = {}  # id (or line marker) -> reason
+    for utterance_id in ids[:GOOD]:
+        shutil.copy(source / f"{utterance_id}.wav", wavs)
+        rows.append(f"{utterance_id}|{real[utterance_id]}|{real[utterance_id]}".encode())
+    audio, rate = _read(source / f"{ids[4]}.wav")
+
+    def add(name: str, reason: str | None, text: str = "a perfectly fine sentence") -> None:
+        rows.append(f"{name}|{text}|{text}".encode())
+        if reason:
+            expected[name] = reason
+
+    add("missing", "missing_file")
+    (wavs / "zero.wav").write_bytes(b"")
+    add("zero", "zero_length")
+    (wavs / "notaudio.wav").write_text("<html>this is a web page, not audio</html>\n" * 20)
+    add("notaudio", "not_audio")
+    whole = (source / f"{ids[5]}.wav").read_bytes()
+    (wavs / "truncated.wav").write_bytes(whole[: len(whole) // 2])
+    add("truncated", "truncated")
+    for name, text, reason in (("emptytext", "   ", "empty_text"), ("unknownchars", "日本語 ###", "no_known_characters")):
+        shutil.copy(source / f"{ids[6]}.wav", wavs / f"{name}.wav")
+        add(name, reason, text)
+    shutil.copy(source / f"{ids[6]}.wav", wavs / "fields.wav")
+    rows.append(b"fields|only one text")  # 2 fields are fine for LJSpeech; 4 are not:
+    rows[-1] = b"fields|a|b|c"
+    expected["fields"] = "wrong_field_count"
+    shutil.copy(source / f"{ids[6]}.wav", wavs / "latin1.wav")
+    rows.append(b"latin1|caf\xe9 cr\xe8me|caf\xe9 cr\xe8me")
+    expected["latin1"] = "non_utf8"
+    rows.append(rows[0])  # duplicate of the first id
+    expected["duplicate"] = "duplicate_id"
+    soundfile.write(str(wavs / "short.wav"), audio[: int(0.2 * rate)], rate, subtype="PCM_16")
+    add("short", "too_short")
+    long_audio = np.concatenate([audio] * int(np.ceil(12.5 * rate / audio.size)))
+    soundfile.write(str(wavs / "long.wav"), long_audio, rate, subtype="PCM_16")
+    add("long", "too_long")
+    soundfile.write(str(wavs / "silent.wav"), audio * 1e-5, rate, subtype="FLOAT")  # peak ~ -100 dBFS
+    add("silent", "silent")
+    broken = audio.copy()
+    broken[100], broken[200] = np.nan, np.inf
+    soundfile.write(str(wavs / "nonfinite.wav"), broken, rate, subtype="FLOAT")
+    add("nonfinite", "non_finite")
+    # converted, not rejected
+    soundfile.write(str(wavs / "stereo.wav"), np.stack([audio, audio * 0.5], axis=1), rate, subtype="PCM_16")
+    add("stereo", None)
+    import soxr
+    soundfile.write(str(wavs / "rate16k.wav"), soxr.resample(audio, rate, 16000), 16000, subtype="PCM_16")
+    add("rate16k", None)
+    (root / "metadata.csv").write_bytes(b"\n".join(rows) + b"\n")
+    return root, expected, ids[:GOOD]
+
+
+@pytest.fixture(scope="module")
+def bad_result(bad_corpus, tmp_path_factory):
+    from myxtts.config import config_from_dict
+
+    root, _, _ = bad_corpus
+    cfg = config_from_dict({"data": {"corpus_path": str(root), "cache_dir": str(root / "cache"),
+                                     "validation_size": 1, "cache_shard_size": 3}}, base_dir=root)
+    return cfg, prepare(cfg, progress=False)
+
+
+def test_every_bad_input_is_rejected_with_its_reason(bad_corpus, bad_result) -> None:
+    root, expected, good = bad_corpus
+    cfg, result = bad_result
+    with open(cfg.cache_dir / "rejected.csv", encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert set(rows[0]) == {"file", "line", "reason", "message"}
+    lines = (root / "metadata.csv").read_bytes().split(b"\n")
+    by_id = {}
+    for row in rows:
+        line = lines[int(row["line"]) - 1]
+        name = "duplicate" if row["reason"] == "duplicate_id" else line.split(b"|")[0].decode()
+        by_id[name] = row["reason"]
+    assert by_id == expected
+    manifest = result.manifest
+    assert manifest["counts"]["rejected"] == len(expected)
+    assert manifest["counts"]["rejected_by_reason"] == {reason: 1 for reason in expected.values()}
+    assert manifest["counts"]["accepted"] == GOOD + 2
+    summary = result.summary()
+    for reason in expected.values():
+        assert f"{reason}: 1" in summary
+    assert "accepted: 6" in summary
+
+
+def test_stereo_and_other_rates_are_converted(bad_corpus, bad_result) -> None:
+    cfg, _ = bad_result
+    cache = FeatureCache.load(cfg)
+    index = {utterance_id: i for i, utterance_id in enumerate(cache.ids)}
+    assert {"stereo", "rate16k"} <= set(index)
+    stereo, rate16k = cache.utterance_mel(index["stereo"]), cache.utterance_mel(index["rate16k"])
+    assert stereo.shape[1] == cfg.audio.n_mels
+    # 16 kHz was resampled to 22050 Hz: the same number of frames as the stereo version of the same clip
+    assert abs(stereo.shape[0] - rate16k.shape[0]) <= 1
+    assert np.all(np.isfinite(stereo.astype(np.float32)))
+
+
+def test_cache_layout_manifest_and_shards(bad_result) -> None:
+    cfg, result = bad_result
+    manifest = json.loads((cfg.cache_dir / "manifest.json").read_text())
+    assert manifest["feature_hash"] == cfg.feature_hash() and manifest["mel_dtype"] == "float16"
+    assert [s["count"] for s in manifest["shards"]] == [3, 3]  # cache_shard_size 3
+    assert len(manifest["splits"]["validation"]) == 1 and len(manifest["splits"]["train"]) == 5
+    assert {"tensorflow", "numpy", "myxtts"} <= set(manifest["versions"]) and manifest["created"]
+    assert manifest["hours"] > 0 and manifest["speakers"] == ["ljspeech"]
+    assert (cfg.cache_dir / "vocab.json").is_file() and (cfg.cache_dir / "bucket_plan.json").is_file()
+    assert not list(cfg.cache_dir.rglob("*.tmp"))
+    cache = FeatureCache.load(cfg)
+    assert cache.mel.dtype == np.float16 and cache.mel.shape[0] == cache.mel_lengths.sum()
+    assert cache.tokens.shape[0] == cache.token_lengths.sum()
+    tokens = cache.utterance_tokens(0)
+    assert tokens[0] == 1 and tokens[-1] == 2  # bos ... eos
+
+
+def test_rerun_reuses_and_a_changed_parameter_rebuilds(tmp_path: Path, corpus_copy: Path) -> None:
+    from myxtts.config import config_from_dict
+
+    metadata = corpus_copy / "metadata.csv"
+    keep = metadata.read_text(encoding="utf-8").splitlines()[:5]
+    metadata.write_text("\n".join(keep) + "\n", encoding="utf-8")
+    raw = {"data": {"corpus_path": str(corpus_copy), "cache_dir": str(tmp_path / "cache"), "validation_size": 1}}
+    cfg = config_from_dict(raw, base_dir=tmp_path)
+    first = prepare(cfg, progress=False)
+    assert not first.reused
+    again = prepare(cfg, progress=False)
+    assert again.reused and again.reason == "" and "reused" in again.summary()
+    assert again.manifest["created"] == first.manifest["created"]
+    changed = config_from_dict({**raw, "audio": {"n_mels": 64}}, base_dir=tmp_path)
+    assert changed.feature_hash() != cfg.feature_hash()
+    with pytest.raises(CacheError, match="feature hash changed"):
+        FeatureCache.load(changed)  # stale features are never used
+    rebuilt = prepare(changed, progress=False)
+    assert not rebuilt.reused and "feature hash changed" in rebuilt.reason and "audio.n_mels: 80 -> 64" in rebuilt.reason
+    assert FeatureCache.load(changed).mel.shape[1] == 64
+
+
+def test_a_crashed_build_never_looks_valid(tmp_path: Path, corpus_copy: Path, monkeypatch) -> None:
+    from myxtts.config import config_from_dict
+    from myxtts.data import prepare as prepare_module
+
+    metadata = corpus_copy / "metadata.csv"
+    metadata.write_text("\n".join(metadata.read_text(encoding="utf-8").splitlines()[:4]) + "\n", encoding="utf-8")
+    cfg = config_from_dict({"data": {"corpus_path": str(corpus_copy), "cache_dir": str(tmp_path / "cache"),
+                                     "validation_size": 1, "cache_shard_size": 2}}, base_dir=tmp_path)
+    prepare(cfg, progress=False)
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt("simulated crash while writing the vocabulary")
+
+    forced = config_from_dict({"data": {"corpus_path": str(corpus_copy), "cache_dir": str(tmp_path / "cache"),
+                                        "validation_size": 1, "cache_shard_size": 2}}, base_dir=tmp_path)
+    monkeypatch.setattr(prepare_module, "_write_rejections", crash)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(forced, force=True, progress=False)
+    assert not (cfg.cache_dir / "manifest.json").exists()
+    with pytest.raises(CacheError, match="manifest.json missing"):
+        FeatureCache.load(cfg)
+    monkeypatch.undo()
+    assert not prepare(cfg, progress=False).reused  # rebuilt, not reused
+
+
+def test_validation_split_is_deterministic_and_stable() -> None:
+    ids = [f"LJ{i:03d}" for i in range(50)]
+    chosen = validation_ids(ids, 5)
+    assert len(chosen) == 5 and chosen == validation_ids(list(reversed(ids)), 5)
+    assert set(chosen) <= set(validation_ids(ids + ["extra"], 6))
+
+
+def test_too_few_accepted_clips_is_a_clear_error(tmp_path: Path, corpus_copy: Path) -> None:
+    from myxtts.config import config_from_dict
+
+    metadata = corpus_copy / "metadata.csv"
+    metadata.write_text(metadata.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
+    cfg = config_from_dict({"data": {"corpus_path": str(corpus_copy), "cache_dir": str(tmp_path / "cache"),
+                                     "validation_size": 2}}, base_dir=tmp_path)
+    with pytest.raises(CacheError, match="data.validation_size"):
+        prepare(cfg, progress=False)
