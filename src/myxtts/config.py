@@ -101,6 +101,7 @@ class ModelConfig:
     stop_positive_weight: float = 5.0
     guided_attention_weight: float = 1.0
     guided_attention_sigma: float = 0.2
+    mel_l2_weight: float = 0.0  # weight of an extra L2 mel loss after the postnet (0: L1 only)
 
 
 @dataclass(frozen=True)
@@ -306,6 +307,8 @@ def validate(cfg: Config) -> Config:
     if m.stop_positive_weight <= 0 or m.guided_attention_weight < 0 or m.guided_attention_sigma <= 0:
         raise ValueError("Config keys 'model.stop_positive_weight' and 'model.guided_attention_sigma' must "
                          "be > 0 and 'model.guided_attention_weight' >= 0.")
+    if m.mel_l2_weight < 0:
+        raise ValueError(f"Config key 'model.mel_l2_weight' must be >= 0, got {m.mel_l2_weight}.")
     longest = max(d.max_text_length, d.max_mel_frames // m.reduction_factor + 1)
     if m.max_attention_sequence_length < longest:
         raise ValueError(f"Config key 'model.max_attention_sequence_length' ({m.max_attention_sequence_length}) "

@@ -1,0 +1,80 @@
+"""Text encoder and conditioning (reference voice) encoder."""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import tensorflow as tf
+
+from myxtts.model.layers import (MultiHeadAttention, SiteCounter, TransformerBlock, length_mask,
+                                 sinusoid_table, stateless_dropout)
+from myxtts.model.presets import CONDITIONING_KERNEL, ModelDims
+
+
+class TextEncoder(keras.layers.Layer):
+    """tokens ``[B, T_text]`` -> encodings ``[B, T_text, d]``: embedding + sinusoidal positions + blocks."""
+
+    def __init__(self, dims: ModelDims, sites: SiteCounter, **kwargs):
+        super().__init__(**kwargs)
+        self.dims = dims
+        self.embedding = keras.layers.Embedding(dims.vocab_size, dims.d_model, name="embedding")
+        # the table covers model.max_attention_sequence_length positions (validated against max_text_length)
+        self.positions = tf.constant(sinusoid_table(dims.max_positions, dims.d_model))
+        self.blocks = [TransformerBlock(dims.d_model, dims.num_heads, dims.ff_dim, dims.dropout, sites,
+                                        name=f"block_{i}") for i in range(dims.text_layers)]
+        self.final_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="final_norm")
+        self.site = sites()
+
+    def call(self, tokens, token_lengths, training=False, seed=None):
+        text_len = tokens.shape[1]
+        if text_len > self.dims.max_positions:
+            raise ValueError(f"Text of {text_len} tokens exceeds model.max_attention_sequence_length "
+                             f"({self.dims.max_positions}).")
+        mask = length_mask(token_lengths, text_len)  # [B, T_text]
+        x = self.embedding(tokens) * math.sqrt(self.dims.d_model)  # [B, T_text, d]
+        x = x + tf.cast(self.positions[:text_len], x.dtype)[None]
+        x = stateless_dropout(x, self.dims.dropout, training, seed, self.site)
+        key_mask = mask[:, None, None, :]  # [B, 1, 1, T_text]
+        for block in self.blocks:
+            x, _ = block(x, key_mask, training=training, seed=seed)
+        x = self.final_norm(x)
+        return x * tf.cast(mask[..., None], x.dtype)  # padded positions are exact zeros
+
+
+class ConditioningEncoder(keras.layers.Layer):
+    """Reference mel ``[B, T_ref, n_mels]`` -> K speaker latents ``[B, K, d]``.
+
+    Convolutions (masked after each layer so padding never leaks in) then attention pooling with K
+    learned queries over the real reference frames. Trained jointly with the decoder, so the latents
+    learn whatever about the voice helps predict the target mel (voice cloning).
+    """
+
+    def __init__(self, dims: ModelDims, sites: SiteCounter, **kwargs):
+        super().__init__(**kwargs)
+        self.dims = dims
+        self.convs = [keras.layers.Conv1D(dims.d_model, CONDITIONING_KERNEL, padding="same", activation="gelu",
+                                          name=f"conv_{i}") for i in range(dims.conditioning_layers)]
+        self.norm = keras.layers.LayerNormalization(epsilon=1e-5, name="norm")
+        self.pooling = MultiHeadAttention(dims.d_model, dims.num_heads, dims.dropout, sites, name="pooling")
+        self.output_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="output_norm")
+
+    def build(self, input_shape):
+        self.latent_queries = self.add_weight(name="latent_queries", shape=(self.dims.num_speaker_latents,
+                                                                              self.dims.d_model),
+                                              initializer=keras.initializers.RandomNormal(stddev=0.02))
+        super().build(input_shape)
+
+    def call(self, reference_mel, reference_lengths, training=False, seed=None):
+        ref_len = reference_mel.shape[1]
+        mask = length_mask(reference_lengths, ref_len)  # [B, T_ref]
+        frame_mask = tf.cast(mask[..., None], self.compute_dtype)
+        x = tf.cast(reference_mel, self.compute_dtype)
+        x = tf.where(mask[..., None], x, tf.zeros_like(x))  # where, not multiply: NaN-safe padding
+        for conv in self.convs:
+            x = conv(x) * frame_mask  # [B, T_ref, d]; zeroed padding == the conv's own zero padding
+        x = self.norm(x)
+        # [B, K, d] queries, one set shared by the batch
+        queries = tf.zeros_like(x[:, :1, :1]) + tf.cast(self.latent_queries, x.dtype)[None]
+        latents, _ = self.pooling(queries, x, mask[:, None, None, :], training=training, seed=seed)
+        return self.output_norm(latents + queries)

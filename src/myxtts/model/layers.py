@@ -1,0 +1,180 @@
+"""Building blocks: positions, stateless dropout, attention with a key/value cache, transformer blocks.
+
+Conventions used by every layer here:
+- static dimensions come from ``.shape`` (the batch dim may be unknown and is reshaped with -1), never
+  ``tf.shape()``, so every trace has fully static shapes;
+- masks are booleans built from true lengths (``True`` = a real position);
+- attention logits and softmax run in float32 whatever the compute dtype (float16 overflows at -1e9);
+- dropout is *stateless*: each site folds its own id into a ``seed`` tensor ``[2]`` given by the caller
+  (the trainer derives it from the checkpointed step counter), so a resumed run draws the same masks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+NEG_INF = -1e9  # added to masked attention logits (in float32)
+
+
+def sinusoid_table(max_positions: int, d_model: int) -> np.ndarray:
+    """Transformer sinusoidal position table ``[max_positions, d_model]`` (float32)."""
+    positions = np.arange(max_positions, dtype=np.float64)[:, None]
+    rates = np.exp(-math.log(10000.0) * (np.arange(0, d_model, 2, dtype=np.float64) / d_model))
+    table = np.zeros((max_positions, d_model), dtype=np.float64)
+    table[:, 0::2] = np.sin(positions * rates)
+    table[:, 1::2] = np.cos(positions * rates[: d_model // 2])
+    return table.astype(np.float32)
+
+
+def length_mask(lengths: tf.Tensor, max_length: int) -> tf.Tensor:
+    """``[batch]`` true lengths -> ``[batch, max_length]`` bool, True on real positions."""
+    return tf.sequence_mask(lengths, maxlen=max_length)
+
+
+def stateless_dropout(x: tf.Tensor, rate: float, training: bool, seed: tf.Tensor | None, site: int) -> tf.Tensor:
+    """Inverted dropout whose mask depends only on (seed, site); identity when not training.
+
+    ``seed`` is an int ``[2]`` tensor; ``None`` falls back to stateful ``tf.nn.dropout`` (not resumable).
+    """
+    if not training or rate <= 0.0:
+        return x
+    if seed is None:
+        return tf.nn.dropout(x, rate=rate)
+    site_seed = tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int64), site)
+    # static shape inside compiled steps; the dynamic fallback only serves eager calls with an unknown batch
+    shape = x.shape.as_list() if x.shape.is_fully_defined() else tf.shape(x)
+    keep = tf.random.stateless_uniform(shape, seed=site_seed) >= rate
+    return tf.where(keep, x / tf.cast(1.0 - rate, x.dtype), tf.zeros_like(x))
+
+
+class SiteCounter:
+    """Hands out distinct dropout site ids in construction order (same order in every process)."""
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def __call__(self) -> int:
+        self._next += 1
+        return self._next
+
+
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head scaled dot-product attention that returns its weights and supports a KV cache."""
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float, sites: SiteCounter, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model, self.num_heads, self.dropout_rate = d_model, num_heads, dropout
+        self.head_dim = d_model // num_heads
+        self.query_proj = keras.layers.Dense(d_model, name="query")
+        self.key_proj = keras.layers.Dense(d_model, name="key")
+        self.value_proj = keras.layers.Dense(d_model, name="value")
+        self.output_proj = keras.layers.Dense(d_model, name="output")
+        self.site = sites()
+
+    def _split(self, x: tf.Tensor) -> tf.Tensor:
+        # [batch, time, d_model] -> [batch, heads, time, head_dim]
+        time = x.shape[1]
+        x = tf.reshape(x, [-1, time, self.num_heads, self.head_dim])
+        return tf.transpose(x, [0, 2, 1, 3])
+
+    def project_key_value(self, source: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Keys and values ``[batch, time, d_model]`` of a source sequence (cacheable)."""
+        return self.key_proj(source), self.value_proj(source)
+
+    def attend(self, query_in: tf.Tensor, keys: tf.Tensor, values: tf.Tensor, mask: tf.Tensor,
+               training: bool = False, seed: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+        """Attend ``query_in [B, Tq, d]`` over projected ``keys``/``values`` ``[B, Tk, d]``.
+
+        ``mask`` broadcasts to ``[B, heads, Tq, Tk]`` (True = may attend). Returns the output
+        ``[B, Tq, d]`` and the weights ``[B, heads, Tq, Tk]`` (float32).
+        """
+        q = self._split(self.query_proj(query_in))  # [B, H, Tq, hd]
+        k, v = self._split(keys), self._split(values)  # [B, H, Tk, hd]
+        logits = tf.matmul(tf.cast(q, tf.float32), tf.cast(k, tf.float32), transpose_b=True)
+        logits = logits / math.sqrt(self.head_dim) + tf.where(mask, 0.0, NEG_INF)
+        weights = tf.nn.softmax(logits, axis=-1)  # [B, H, Tq, Tk] float32
+        dropped = stateless_dropout(weights, self.dropout_rate, training, seed, self.site)
+        context = tf.matmul(tf.cast(dropped, v.dtype), v)  # [B, H, Tq, hd]
+        tq = context.shape[2]
+        context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, tq, self.d_model])
+        return self.output_proj(context), weights
+
+    def call(self, query_in, source, mask, training=False, seed=None):
+        keys, values = self.project_key_value(source)
+        return self.attend(query_in, keys, values, mask, training=training, seed=seed)
+
+
+class FeedForward(keras.layers.Layer):
+    def __init__(self, d_model: int, ff_dim: int, dropout: float, sites: SiteCounter, **kwargs):
+        super().__init__(**kwargs)
+        self.inner = keras.layers.Dense(ff_dim, activation="gelu", name="inner")
+        self.outer = keras.layers.Dense(d_model, name="outer")
+        self.rate, self.site = dropout, sites()
+
+    def call(self, x, training=False, seed=None):
+        return self.outer(stateless_dropout(self.inner(x), self.rate, training, seed, self.site))
+
+
+class TransformerBlock(keras.layers.Layer):
+    """Pre-norm block: self-attention (optionally causal), optional cross-attention, feed-forward."""
+
+    def __init__(self, d_model: int, num_heads: int, ff_dim: int, dropout: float, sites: SiteCounter,
+                 cross_attention: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.self_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="self_norm")
+        self.self_attention = MultiHeadAttention(d_model, num_heads, dropout, sites, name="self_attention")
+        self.has_cross = cross_attention
+        if cross_attention:
+            self.cross_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="cross_norm")
+            self.cross_attention = MultiHeadAttention(d_model, num_heads, dropout, sites, name="cross_attention")
+        self.ff_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="ff_norm")
+        self.feed_forward = FeedForward(d_model, ff_dim, dropout, sites, name="feed_forward")
+        self.rate, self.site = dropout, sites()
+
+    def _residual(self, x, update, training, seed, offset):
+        return x + stateless_dropout(update, self.rate, training, seed, self.site * 16 + offset)
+
+    def call(self, x, self_mask, memory=None, memory_mask=None, training=False, seed=None):
+        """x ``[B, T, d]``; self_mask ``[B or 1, 1, T or 1, T]``; memory ``[B, M, d]``; memory_mask ``[B, 1, 1, M]``.
+
+        Returns (output ``[B, T, d]``, cross-attention weights ``[B, heads, T, M]`` or None).
+        """
+        h = self.self_norm(x)
+        update, _ = self.self_attention(h, h, self_mask, training=training, seed=seed)
+        x = self._residual(x, update, training, seed, 1)
+        cross_weights = None
+        if self.has_cross:
+            update, cross_weights = self.cross_attention(self.cross_norm(x), memory, memory_mask,
+                                                         training=training, seed=seed)
+            x = self._residual(x, update, training, seed, 2)
+        x = self._residual(x, self.feed_forward(self.ff_norm(x), training=training, seed=seed), training, seed, 3)
+        return x, cross_weights
+
+    def step(self, x, step_index, layer_cache, memory_kv, memory_mask):
+        """One causal decoding position (inference, no dropout).
+
+        x ``[B, 1, d]``; step_index scalar int32; layer_cache ``[2, B, S, d]`` (keys, values of every earlier
+        position; S = max steps); memory_kv = (keys, values) ``[B, M, d]`` of this block's cross-attention.
+        Returns (output ``[B, 1, d]``, new layer_cache, cross weights ``[B, heads, 1, M]``).
+        """
+        h = self.self_norm(x)
+        new_key, new_value = self.self_attention.project_key_value(h)  # [B, 1, d]
+        max_steps = layer_cache.shape[2]
+        # write position step_index with a one-hot blend: no dynamic slicing, XLA-friendly
+        slot = tf.reshape(tf.one_hot(step_index, max_steps, dtype=layer_cache.dtype), [1, max_steps, 1])
+        keys = layer_cache[0] * (1.0 - slot) + tf.cast(new_key, layer_cache.dtype) * slot  # [B, S, d]
+        values = layer_cache[1] * (1.0 - slot) + tf.cast(new_value, layer_cache.dtype) * slot
+        visible = tf.reshape(tf.range(max_steps) <= step_index, [1, 1, 1, max_steps])
+        update, _ = self.self_attention.attend(h, tf.cast(keys, h.dtype), tf.cast(values, h.dtype), visible)
+        x = x + update
+        cross_weights = None
+        if self.has_cross:
+            update, cross_weights = self.cross_attention.attend(self.cross_norm(x), memory_kv[0], memory_kv[1],
+                                                                memory_mask)
+            x = x + update
+        x = x + self.feed_forward(self.ff_norm(x))
+        return x, tf.stack([keys, values]), cross_weights

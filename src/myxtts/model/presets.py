@@ -1,0 +1,83 @@
+"""Model size presets and the resolution of `model.*` config keys against them.
+
+Every `model.*` key that is ``None`` takes the preset's value; any explicit value wins. The resolved
+dimensions are a frozen dataclass so the layers never read the raw config twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from myxtts.config import ModelConfig
+
+# Values per preset. `tiny` (< 2M parameters) trains on 2 CPU cores in minutes; `small` and `base`
+# are GPU sizes.
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": dict(d_model=128, num_heads=2, ff_dim=256, text_layers=2, decoder_layers=2,
+                 conditioning_layers=2, num_speaker_latents=4, prenet_dim=128, postnet_channels=128,
+                 postnet_layers=3),
+    "small": dict(d_model=256, num_heads=4, ff_dim=1024, text_layers=4, decoder_layers=4,
+                  conditioning_layers=3, num_speaker_latents=8, prenet_dim=256, postnet_channels=256,
+                  postnet_layers=5),
+    "base": dict(d_model=512, num_heads=8, ff_dim=2048, text_layers=6, decoder_layers=8,
+                 conditioning_layers=4, num_speaker_latents=16, prenet_dim=256, postnet_channels=512,
+                 postnet_layers=5),
+}
+
+POSTNET_KERNEL = 5  # frames seen by each postnet convolution
+CONDITIONING_KERNEL = 3  # frames seen by each conditioning-encoder convolution
+PRENET_DROPOUT = 0.5  # Tacotron-style strong prenet dropout (training only): makes the AR decoder robust
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """Resolved model hyper-parameters (preset values with config overrides applied)."""
+
+    vocab_size: int
+    n_mels: int
+    d_model: int
+    num_heads: int
+    ff_dim: int
+    text_layers: int
+    decoder_layers: int
+    conditioning_layers: int
+    num_speaker_latents: int
+    prenet_dim: int
+    postnet_channels: int
+    postnet_layers: int
+    reduction_factor: int
+    dropout: float
+    max_positions: int
+
+    @property
+    def alignment_layer(self) -> int:
+        """Index of the decoder layer whose cross-attention is reported as the alignment.
+
+        The middle layer: deep enough to attend by content, shallow enough to stay monotonic.
+        """
+        return self.decoder_layers // 2
+
+
+def resolve_dims(model_cfg: ModelConfig, vocab_size: int, n_mels: int) -> ModelDims:
+    """Apply the preset, then every explicit `model.*` key; raise ValueError on inconsistent sizes."""
+    if model_cfg.preset not in PRESETS:
+        raise ValueError(f"Config key 'model.preset': unknown preset {model_cfg.preset!r}; "
+                         f"choose one of {sorted(PRESETS)}.")
+    values = dict(PRESETS[model_cfg.preset])
+    for key in values:
+        explicit = getattr(model_cfg, key)
+        if explicit is not None:
+            values[key] = explicit
+    if values["d_model"] % values["num_heads"]:
+        raise ValueError(f"Config keys 'model.d_model' ({values['d_model']}) must be divisible by "
+                         f"'model.num_heads' ({values['num_heads']}).")
+    if vocab_size < 3:
+        raise ValueError(f"vocab_size must be >= 3 (pad, bos, eos), got {vocab_size}.")
+    return ModelDims(vocab_size=vocab_size, n_mels=n_mels, reduction_factor=model_cfg.reduction_factor,
+                     dropout=model_cfg.dropout, max_positions=model_cfg.max_attention_sequence_length,
+                     **values)
+
+
+def describe(dims: ModelDims) -> dict[str, int | float]:
+    return dataclasses.asdict(dims)
