@@ -1,0 +1,256 @@
+"""InputPipeline on the prepared bundled corpus: static shapes, padding, references, on-the-fly parity."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from myxtts.data.cache import FeatureCache
+from myxtts.data.pipeline import (BATCH_KEYS, InputPipeline, crop_and_pad, crop_start, pick_reference_row,
+                                  uniform_index, _speaker_tables)
+
+FORBIDDEN_OPS = ("PyFunc", "EagerPyFunc", "PyFuncStateless", "Generator")
+
+
+def shapes_of(batch: dict[str, tf.Tensor]) -> dict[str, tuple]:
+    return {key: tuple(value.shape) for key, value in batch.items()}
+
+
+def signature_shapes(pipeline: InputPipeline) -> list[dict[str, tuple]]:
+    return [{key: tuple(spec.shape) for key, spec in signature.items()} for signature in pipeline.signatures()]
+
+
+def by_tokens(cache: FeatureCache) -> dict[tuple, int]:
+    return {tuple(cache.utterance_tokens(i).tolist()): i for i in range(len(cache))}
+
+
+def with_data(cfg, **changes):
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **changes))
+
+
+@pytest.fixture(scope="module")
+def cache(prepared_cache) -> FeatureCache:
+    return FeatureCache.load(prepared_cache)
+
+
+def test_signatures_are_static_and_follow_the_contract(prepared_cache) -> None:
+    pipeline = InputPipeline(prepared_cache)
+    signatures = pipeline.signatures()
+    assert len(signatures) == len(pipeline.plan.buckets) <= prepared_cache.data.num_buckets
+    for signature, bucket in zip(signatures, pipeline.plan.buckets):
+        assert tuple(signature) == BATCH_KEYS
+        assert all(spec.shape.is_fully_defined() for spec in signature.values())
+        assert signature["tokens"].dtype == tf.int32 and signature["mel"].dtype == tf.float32
+        assert tuple(signature["mel"].shape) == (bucket.batch_size, bucket.mel_frames, prepared_cache.audio.n_mels)
+        assert bucket.mel_frames % prepared_cache.model.reduction_factor == 0
+        assert tuple(signature["reference_mel"].shape) == (bucket.batch_size, 96, prepared_cache.audio.n_mels)
+
+
+def test_three_shuffled_epochs_only_produce_declared_shapes(prepared_cache, cache) -> None:
+    pipeline = InputPipeline(prepared_cache, cache=cache)
+    allowed = signature_shapes(pipeline)
+    dataset = pipeline.dataset(repeat=False)
+    counts = np.bincount(pipeline.row_buckets[pipeline.rows], minlength=len(pipeline.plan.buckets))
+    orders = []
+    for _ in range(3):
+        seen = np.zeros(len(pipeline.plan.buckets), dtype=int)
+        order = []
+        for batch in dataset:
+            shape = shapes_of(batch)
+            assert shape in allowed
+            index = allowed.index(shape)
+            seen[index] += pipeline.plan.buckets[index].batch_size
+            order.append(tuple(batch["token_lengths"].numpy()))
+        # drop_remainder: whole batches only, less than one batch left over per bucket
+        sizes = np.array([b.batch_size for b in pipeline.plan.buckets])
+        assert np.all(seen <= counts) and np.all(counts - seen < sizes)
+        orders.append(order)
+    assert orders[0] != orders[1] or orders[1] != orders[2]  # reshuffled each epoch
+
+
+def test_padding_is_zero_and_content_equals_the_cache(prepared_cache, cache) -> None:
+    pipeline = InputPipeline(prepared_cache, cache=cache)
+    lookup = by_tokens(cache)
+    checked = 0
+    for batch in pipeline.dataset().take(6):
+        batch = {key: value.numpy() for key, value in batch.items()}
+        for i in range(batch["tokens"].shape[0]):
+            token_length, mel_length = batch["token_lengths"][i], batch["mel_lengths"][i]
+            tokens = batch["tokens"][i]
+            assert np.all(tokens[token_length:] == 0) and tokens[token_length - 1] == 2
+            row = lookup[tuple(tokens[:token_length].tolist())]
+            assert mel_length == cache.mel_lengths[row] and batch["speaker_ids"][i] == cache.speaker_ids[row]
+            np.testing.assert_array_equal(batch["mel"][i, :mel_length], cache.utterance_mel(row).astype(np.float32))
+            assert np.all(batch["mel"][i, mel_length:] == 0)
+            reference_length = batch["reference_lengths"][i]
+            assert 0 < reference_length <= 96
+            assert np.all(batch["reference_mel"][i, reference_length:] == 0)
+            checked += 1
+    assert checked >= 6
+
+
+def test_runs_are_reproducible_with_the_seed(prepared_cache, cache) -> None:
+    first = [b["reference_mel"].numpy() for b in InputPipeline(prepared_cache, cache=cache).dataset().take(3)]
+    second = [b["reference_mel"].numpy() for b in InputPipeline(prepared_cache, cache=cache).dataset().take(3)]
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_validation_split_sees_every_utterance_once_per_pass(prepared_cache, cache) -> None:
+    pipeline = InputPipeline(prepared_cache, split="validation", cache=cache)
+    lookup = by_tokens(cache)
+    validation = {cache.ids.index(i) for i in cache.manifest["splits"]["validation"]}
+    seen = set()
+    for batch in pipeline.dataset(repeat=False):
+        assert shapes_of(batch) in signature_shapes(pipeline)
+        for tokens, length in zip(batch["tokens"].numpy(), batch["token_lengths"].numpy()):
+            seen.add(lookup[tuple(tokens[:length].tolist())])
+    assert seen == validation
+    # train and validation share the plan, so validation never adds a shape
+    assert pipeline.signatures() == InputPipeline(prepared_cache, cache=cache).signatures()
+
+
+def test_fixed_mode_pads_to_max_and_reports_misfits(prepared_cache, cache, caplog) -> None:
+    cap = int(np.sort(cache.mel_lengths)[-3]) // 2 * 2  # the longest clips do not fit
+    cfg = with_data(prepared_cache, pad_to_fixed_length=True, max_mel_frames=cap, batch_size=4)
+    with caplog.at_level("WARNING"):
+        pipeline = InputPipeline(cfg, cache=cache)
+    assert len(pipeline.signatures()) == 1
+    assert tuple(pipeline.signatures()[0]["mel"].shape) == (4, cap, 80)
+    train = set(cache.manifest["splits"]["train"])
+    expected = [cache.ids[i] for i in np.flatnonzero(cache.mel_lengths > cap) if cache.ids[i] in train]
+    assert expected and pipeline.skipped_ids == expected
+    assert str(len(expected)) in caplog.text and expected[0] in caplog.text
+    for batch in pipeline.dataset(repeat=False):
+        assert shapes_of(batch) == signature_shapes(pipeline)[0]
+        assert batch["mel_lengths"].numpy().max() <= cap
+    report = pipeline.fill_report()
+    assert report.num_shapes == 1 and report.num_skipped == len(expected)
+    buckets = InputPipeline(prepared_cache, cache=cache).fill_report()
+    assert buckets.mel_fill > report.mel_fill and buckets.text_fill > report.text_fill
+
+
+def test_dataset_graph_has_no_python_ops(prepared_cache, cache) -> None:
+    from tensorflow.core.framework import graph_pb2
+
+    graph = graph_pb2.GraphDef()
+    graph.ParseFromString(InputPipeline(prepared_cache, cache=cache).dataset()._as_serialized_graph().numpy())
+    ops = {node.op for node in graph.node}
+    for function in graph.library.function:
+        ops |= {node.op for node in function.node_def}
+    assert "GroupByWindowDataset" in ops and any("Prefetch" in op for op in ops)
+    assert not [op for op in ops if any(bad in op for bad in FORBIDDEN_OPS)]
+
+
+# ---- small functions, eagerly and inside map --------------------------------------------------
+
+def test_small_functions_eager_and_in_map() -> None:
+    speakers = np.array([0, 1, 0, 0, 2, 1], np.int32)
+    tables = {k: tf.constant(v) for k, v in _speaker_tables(speakers).items()}
+    for position in range(40):
+        seed = tf.constant([7, position], tf.int64)
+        assert 0 <= int(uniform_index(seed, 5)) < 5 and int(uniform_index(seed, 0)) == 0
+        for row in range(6):
+            other = int(pick_reference_row(tf.constant(row), seed, tables))
+            assert speakers[other] == speakers[row]
+            assert (other != row) == (np.sum(speakers == speakers[row]) > 1)
+    mel = tf.reshape(tf.range(20 * 3, dtype=tf.float32), [20, 3])
+    crop, length = crop_and_pad(mel, crop_start(20, 8, tf.constant([1, 2], tf.int64)), 8)
+    assert crop.shape == (8, 3) and int(length) == 8
+    start = int(crop[0, 0]) // 3
+    np.testing.assert_array_equal(crop.numpy(), mel.numpy()[start:start + 8])
+    short, short_length = crop_and_pad(mel[:5], crop_start(5, 8, tf.constant([1, 2], tf.int64)), 8)
+    assert int(short_length) == 5 and np.all(short.numpy()[5:] == 0)
+    np.testing.assert_array_equal(short.numpy()[:5], mel.numpy()[:5])
+
+    def in_map(row: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        seed = tf.stack([tf.constant(3, tf.int64), tf.cast(row, tf.int64)])
+        piece, piece_length = crop_and_pad(mel, crop_start(20, 8, seed), 8)
+        return pick_reference_row(row, seed, tables), piece, piece_length
+
+    for row, (other, piece, piece_length) in enumerate(tf.data.Dataset.range(6).map(
+            lambda r: in_map(tf.cast(r, tf.int32)))):
+        assert speakers[int(other)] == speakers[row] and piece.shape == (8, 3) and int(piece_length) == 8
+
+
+# ---- two speakers: references -----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def two_speaker_cfg(tmp_path_factory, bundled_corpus: Path):
+    from myxtts.config import config_from_dict
+    from myxtts.data.prepare import prepare
+
+    root = tmp_path_factory.mktemp("two_speakers")
+    lines = [line.split("|") for line in (bundled_corpus / "metadata.csv").read_text(encoding="utf-8").splitlines()
+             if line][:10]
+    rows = []
+    for index, (utterance_id, _, text) in enumerate(lines):
+        speaker = "alice" if index % 2 == 0 else "bob"
+        (root / speaker).mkdir(exist_ok=True)
+        shutil.copy(bundled_corpus / "wavs" / f"{utterance_id}.wav", root / speaker / f"{utterance_id}.wav")
+        rows.append(f"{speaker}/{utterance_id}.wav|{text}|{speaker}")
+    (root / "list.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    cfg = config_from_dict({"data": {"corpus_path": str(root / "list.txt"), "corpus_format": "list",
+                                     "cache_dir": str(root / "cache"), "validation_size": 1, "num_buckets": 2,
+                                     "batch_frames": 1800, "batch_size": 4, "reference_frames": 64}}, base_dir=root)
+    prepare(cfg, progress=False)
+    return cfg
+
+
+def _source_of_reference(reference: np.ndarray, length: int, cache: FeatureCache) -> set[int]:
+    """Cache rows containing ``reference[:length]`` as a contiguous slice."""
+    found = set()
+    for row in range(len(cache)):
+        mel = cache.utterance_mel(row).astype(np.float32)
+        for start in np.flatnonzero(np.all(mel == reference[0], axis=1)):
+            if start + length <= mel.shape[0] and np.array_equal(mel[start:start + length], reference[:length]):
+                found.add(row)
+    return found
+
+
+def test_references_come_from_another_utterance_of_the_same_speaker(two_speaker_cfg) -> None:
+    cache = FeatureCache.load(two_speaker_cfg)
+    assert cache.speakers == ["alice", "bob"]
+    lookup = by_tokens(cache)
+    pipeline = InputPipeline(two_speaker_cfg, cache=cache)
+    checked = 0
+    for batch in pipeline.dataset().take(4):
+        batch = {key: value.numpy() for key, value in batch.items()}
+        for i in range(batch["tokens"].shape[0]):
+            row = lookup[tuple(batch["tokens"][i, :batch["token_lengths"][i]].tolist())]
+            sources = _source_of_reference(batch["reference_mel"][i], batch["reference_lengths"][i], cache)
+            assert sources and all(cache.speaker_ids[s] == cache.speaker_ids[row] for s in sources)
+            assert row not in sources  # each speaker has several utterances: never itself
+            assert batch["speaker_ids"][i] == cache.speaker_ids[row]
+            checked += 1
+    assert checked >= 4
+
+
+def test_on_the_fly_mel_equals_the_cached_mel(two_speaker_cfg) -> None:
+    cache = FeatureCache.load(two_speaker_cfg)
+    lookup = by_tokens(cache)
+    cfg = with_data(two_speaker_cfg, use_tf_native_loading=True)
+    pipeline = InputPipeline(cfg)
+    assert pipeline.signatures() == InputPipeline(two_speaker_cfg, cache=cache).signatures()
+    allowed = signature_shapes(pipeline)
+    checked = 0
+    for batch in pipeline.dataset(repeat=False):
+        assert shapes_of(batch) in allowed
+        batch = {key: value.numpy() for key, value in batch.items()}
+        for i in range(batch["tokens"].shape[0]):
+            row = lookup[tuple(batch["tokens"][i, :batch["token_lengths"][i]].tolist())]
+            length = batch["mel_lengths"][i]
+            assert length == cache.mel_lengths[row]
+            cached = cache.utterance_mel(row).astype(np.float32)
+            np.testing.assert_allclose(batch["mel"][i, :length], cached, rtol=2e-3, atol=2e-3)  # float16 cache
+            assert np.all(batch["mel"][i, length:] == 0)
+            assert batch["speaker_ids"][i] == cache.speaker_ids[row]
+            checked += 1
+    assert checked >= 4
+    graph = pipeline.dataset()._as_serialized_graph().numpy()
+    assert not any(op.encode() in graph for op in ("EagerPyFunc", "PyFuncStateless"))
