@@ -1,0 +1,270 @@
+"""Text front-end: normalisation, a fixed vocabulary, and text -> token ids (characters or phonemes).
+
+Token ids are cached by ``prepare``, so the symbol set is fixed in code and saved next to the cache
+(``Vocabulary.save``) with its kind and cleaner; loading it under a different text config fails with a
+message instead of silently training on shifted ids.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import unicodedata
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from myxtts.config import TextConfig
+from myxtts.text_numbers import expand_numbers
+
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+SPECIAL_SYMBOLS = ["<pad>", "<bos>", "<eos>"]
+PUNCTUATION = "!'(),-.:;?\""
+CHARACTER_SYMBOLS = [" "] + list("abcdefghijklmnopqrstuvwxyz") + list(PUNCTUATION)
+# IPA as espeak-ng writes it: vowels, consonants, stress/length marks, modifiers, combining diacritics.
+_IPA_VOWELS = "iyɨʉɯuɪʏʊeøɘəɵɤoɛœɜɞʌɔæɐaɶɑɒᵻɚɝ"
+_IPA_CONSONANTS = "pbtdʈɖcɟkɡqɢʔmɱnɳɲŋɴʙrʀⱱɾɽɸβfvθðszʃʒʂʐçʝxɣχʁħʕhɦɬɮʋɹɻjɰlɭʎʟʍwɥʜʢʡɕʑɺɧɓɗʄɠʛ"
+_IPA_MARKS = "ˈˌːˑʼʴʰʱʲʷˠˤ˞↓↑→↗↘" + "\u0303\u0361\u0329\u032f\u0325\u030a\u031a"
+PHONEME_SYMBOLS = [" "] + list(PUNCTUATION) + list(_IPA_VOWELS + _IPA_CONSONANTS + _IPA_MARKS)
+
+_WHITESPACE = re.compile(r"\s+")
+_ABBREVIATIONS = [(re.compile(rf"\b{short}\.", re.IGNORECASE), long) for short, long in [
+    ("mrs", "missus"), ("mr", "mister"), ("dr", "doctor"), ("st", "saint"), ("co", "company"),
+    ("jr", "junior"), ("maj", "major"), ("gen", "general"), ("drs", "doctors"), ("rev", "reverend"),
+    ("lt", "lieutenant"), ("hon", "honorable"), ("sgt", "sergeant"), ("capt", "captain"), ("esq", "esquire"),
+    ("ltd", "limited"), ("col", "colonel"), ("ft", "fort"), ("etc", "et cetera"), ("vs", "versus")]]
+# typographic characters NFKD leaves alone, mapped to the ASCII the vocabulary has
+_TYPOGRAPHIC = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'",
+                              "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u00ab": '"', "\u00bb": '"',
+                              "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-",
+                              "\u2015": "-", "\u2026": "...", "&": " and ", "[": "(", "]": ")"})
+CLEANERS = ("english", "basic")
+
+
+class TextError(ValueError):
+    """A transcript that cannot be encoded; ``reason`` is ``empty_text`` or ``no_known_characters``."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
+class PhonemizerError(RuntimeError):
+    """espeak-ng is missing or failed (a setup problem, not a bad transcript)."""
+
+
+def normalize_text(text: str, cleaner: str = "english") -> str:
+    """Normalise a transcript. ``basic``: lowercase + whitespace. ``english``: also ASCII transliteration,
+    numbers / currency / ordinals / years spelled out, common abbreviations expanded."""
+    if cleaner not in CLEANERS:
+        raise ValueError(f"Unknown text cleaner {cleaner!r} (config key 'text.cleaner'); use one of {CLEANERS}.")
+    if cleaner == "english":
+        text = unicodedata.normalize("NFKD", text).translate(_TYPOGRAPHIC)
+        text = expand_numbers(text)  # before ASCII: '£' and '€' have no ASCII form
+        text = "".join(char for char in text if not unicodedata.combining(char))
+        text = text.encode("ascii", "ignore").decode("ascii")
+        text = text.lower()
+        for pattern, replacement in _ABBREVIATIONS:
+            text = pattern.sub(replacement, text)
+    else:
+        text = text.lower()
+    return _WHITESPACE.sub(" ", text).strip()
+
+
+class Vocabulary:
+    """Fixed symbol table: ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, then the symbols of ``kind``."""
+
+    def __init__(self, kind: str = "characters", cleaner: str = "english", phoneme_language: str | None = None,
+                 symbols: Sequence[str] | None = None) -> None:
+        if kind not in ("characters", "phonemes"):
+            raise ValueError(f"Vocabulary kind must be 'characters' or 'phonemes', got {kind!r}.")
+        self.kind = kind
+        self.cleaner = cleaner
+        self.phoneme_language = phoneme_language if kind == "phonemes" else None
+        default = CHARACTER_SYMBOLS if kind == "characters" else PHONEME_SYMBOLS
+        self.symbols: list[str] = list(symbols) if symbols is not None else SPECIAL_SYMBOLS + default
+        if self.symbols[:3] != SPECIAL_SYMBOLS or len(set(self.symbols)) != len(self.symbols):
+            raise ValueError("A vocabulary must start with <pad>, <bos>, <eos> and hold each symbol once.")
+        self.symbol_to_id = {symbol: index for index, symbol in enumerate(self.symbols)}
+
+    PAD = PAD_ID
+    BOS = BOS_ID
+    EOS = EOS_ID
+
+    @classmethod
+    def for_config(cls, text_cfg: TextConfig) -> "Vocabulary":
+        kind = "phonemes" if text_cfg.use_phonemes else "characters"
+        return cls(kind, text_cfg.cleaner, text_cfg.phoneme_language)
+
+    def __len__(self) -> int:
+        return len(self.symbols)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Vocabulary) and self.to_dict() == other.to_dict()
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "cleaner": self.cleaner, "phoneme_language": self.phoneme_language,
+                "symbols": self.symbols}
+
+    def save(self, path: str | os.PathLike) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False, indent=1), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, text_cfg: TextConfig | None = None) -> "Vocabulary":
+        """Read a saved vocabulary; with ``text_cfg``, also check it was made for that text config."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            vocabulary = cls(data["kind"], data["cleaner"], data.get("phoneme_language"), data["symbols"])
+        except FileNotFoundError:
+            raise ValueError(f"Vocabulary file not found: {path}; run `myxtts prepare` to create it.") from None
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"Vocabulary file {path} is not a valid vocabulary ({err}); delete it and run "
+                             "`myxtts prepare` again.") from None
+        if text_cfg is not None:
+            vocabulary.check_config(text_cfg, source=str(path))
+        return vocabulary
+
+    def check_config(self, text_cfg: TextConfig, source: str = "the given vocabulary") -> None:
+        """Raise ValueError when this vocabulary was not made for ``text_cfg`` (kind, cleaner, language)."""
+        expected = Vocabulary.for_config(text_cfg)
+        mismatches = [f"{name}: vocabulary has {getattr(self, name)!r}, config wants {getattr(expected, name)!r}"
+                      for name in ("kind", "cleaner", "phoneme_language")
+                      if getattr(self, name) != getattr(expected, name)]
+        if mismatches:
+            raise ValueError(f"{source} does not match the text config ({'; '.join(mismatches)}). Token ids "
+                             "would mean different symbols: use the config the cache was prepared with, or "
+                             "run `myxtts prepare` again (text.cleaner / text.use_phonemes / "
+                             "text.phoneme_language).")
+
+
+# ---------------------------------------------------------------------------------------------
+# espeak-ng phonemes
+# ---------------------------------------------------------------------------------------------
+
+# word runs vs punctuation kept verbatim (espeak drops punctuation; apostrophes and hyphens inside words
+# stay with the word so "don't" and "ne-plus-ultra" are pronounced right)
+_PHONEME_SPLIT = re.compile(r"""([!(),.:;?"]+|(?<!\w)['-]+|['-]+(?!\w))""")
+_LANGUAGE_SWITCH = re.compile(r"\([a-z]{2,3}(?:-[a-z0-9]+)*\)")  # espeak's "(fr)...(en)" markers
+
+
+def espeak_binary() -> str:
+    binary = shutil.which("espeak-ng")
+    if binary is None:
+        raise PhonemizerError("text.use_phonemes is true but the espeak-ng binary is not on PATH. Install it "
+                              "(Debian/Ubuntu: `apt-get install espeak-ng`, macOS: `brew install espeak-ng`) "
+                              "or set text.use_phonemes: false.")
+    return binary
+
+
+def phonemize(chunks: Sequence[str], language: str) -> list[str]:
+    """IPA for each punctuation-free chunk, with one espeak-ng process for all of them.
+
+    espeak reads stdin line by line; if it ever returns a different number of lines (it split a clause),
+    each chunk is run on its own instead so outputs never shift onto the wrong chunk.
+    """
+    if not chunks:
+        return []
+    binary = espeak_binary()
+
+    def run(text: str) -> list[str]:
+        result = subprocess.run([binary, "-q", "--ipa", "-v", language], input=text, capture_output=True,
+                                text=True, encoding="utf-8", check=False)
+        if result.returncode != 0 or "not found" in result.stderr.lower():
+            raise PhonemizerError(f"espeak-ng failed for language {language!r} (config key "
+                                  f"'text.phoneme_language'): {result.stderr.strip() or result.returncode}. "
+                                  "List voices with `espeak-ng --voices`.")
+        return [_LANGUAGE_SWITCH.sub("", line).strip() for line in result.stdout.splitlines()]
+
+    lines = run("\n".join(chunks) + "\n")
+    if len(lines) == len(chunks):
+        return lines
+    return [" ".join(part for part in run(chunk + "\n") if part) for chunk in chunks]
+
+
+def _phoneme_pieces(text: str) -> list[tuple[str, bool]]:
+    """Split normalised text into (piece, is_words) with the whitespace kept on the punctuation side."""
+    return [(piece, not _PHONEME_SPLIT.fullmatch(piece)) for piece in _PHONEME_SPLIT.split(text) if piece]
+
+
+# ---------------------------------------------------------------------------------------------
+# text processor
+# ---------------------------------------------------------------------------------------------
+
+class TextProcessor:
+    """Transcript -> ``[bos] + ids + [eos]`` (characters, or espeak-ng phonemes with ``text.use_phonemes``)."""
+
+    def __init__(self, text_cfg: TextConfig, vocabulary: Vocabulary | None = None) -> None:
+        self.cfg = text_cfg
+        if vocabulary is None:
+            vocabulary = Vocabulary.for_config(text_cfg)
+        else:
+            vocabulary.check_config(text_cfg)
+        self.vocabulary = vocabulary
+        if text_cfg.use_phonemes:
+            espeak_binary()  # fail at construction, not at the first transcript
+
+    def normalize(self, text: str) -> str:
+        return normalize_text(text, self.cfg.cleaner)
+
+    def to_symbols(self, text: str) -> str:
+        """The symbol string ``encode`` maps to ids: normalised text, or its phonemes (before filtering)."""
+        return self.to_symbols_many([text])[0]
+
+    def to_symbols_many(self, texts: Sequence[str]) -> list[str]:
+        normalized = [self.normalize(text) for text in texts]
+        if not self.cfg.use_phonemes:
+            return normalized
+        pieces = [_phoneme_pieces(text) for text in normalized]
+        word_chunks = [piece.strip() for text_pieces in pieces for piece, is_words in text_pieces
+                       if is_words and piece.strip()]
+        phonemes = iter(phonemize(word_chunks, self.cfg.phoneme_language))
+        results = []
+        for text_pieces in pieces:
+            out = []
+            for piece, is_words in text_pieces:
+                if is_words and piece.strip():
+                    lead = " " if piece[0].isspace() else ""
+                    trail = " " if piece[-1].isspace() else ""
+                    out.append(lead + next(phonemes) + trail)
+                else:
+                    out.append(piece)
+            results.append(_WHITESPACE.sub(" ", "".join(out)).strip())
+        return results
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_many([text])[0]
+
+    def encode_many(self, texts: Iterable[str]) -> list[list[int]]:
+        """Encode many transcripts (phonemes: one espeak-ng process for all). Raises TextError."""
+        texts = list(texts)
+        for text in texts:
+            if not text or not text.strip():
+                raise TextError("empty_text", "Transcript is empty; give the clip a transcript or remove it "
+                                "from the metadata.")
+        encoded = []
+        for text, symbols in zip(texts, self.to_symbols_many(texts)):
+            table = self.vocabulary.symbol_to_id
+            # drop unknown symbols, then collapse the whitespace they leave ("a @ b" -> "a b")
+            kept = _WHITESPACE.sub(" ", "".join(char for char in symbols if char in table)).strip()
+            ids = [table[char] for char in kept]
+            if not ids:
+                raise TextError("no_known_characters", f"Transcript {text[:60]!r} has no character the "
+                                f"{self.vocabulary.kind} vocabulary knows after normalisation (cleaner "
+                                f"{self.cfg.cleaner!r}); check the text's language/encoding or the "
+                                "text.cleaner / text.use_phonemes settings.")
+            encoded.append([BOS_ID] + ids + [EOS_ID])
+        return encoded
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Ids -> symbol string, skipping pad/bos/eos."""
+        out = []
+        for index in ids:
+            index = int(index)
+            if not 0 <= index < len(self.vocabulary):
+                raise ValueError(f"Token id {index} is outside the vocabulary (size {len(self.vocabulary)}).")
+            if index > EOS_ID:
+                out.append(self.vocabulary.symbols[index])
+        return "".join(out)
