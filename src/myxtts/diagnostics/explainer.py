@@ -171,9 +171,11 @@ def _compare_leaf(path: str, old: Leaf, new: Leaf) -> Difference | None:
     return None
 
 
-def _rank(differences: list[Difference]) -> tuple[int, int]:
+def _rank(differences: list[Difference]) -> tuple[int, int, int]:
+    """Closeness: argument differences first (a device scope alone does not always retrace), then context."""
+    arguments = [d for d in differences if d.cause != "context"]
     best = min((_PRIORITY.get(d.cause, 99) for d in differences), default=99)
-    return len(differences), best
+    return len(arguments), len(differences) - len(arguments), best
 
 
 def explain(history: list[Snapshot], current: Snapshot, function_label: str) -> Explanation:

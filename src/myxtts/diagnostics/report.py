@@ -9,19 +9,25 @@ from myxtts.diagnostics.events import FIRST_TRACE, RetraceEvent
 
 
 def summary(records: list, events: list[RetraceEvent], first_traces: list[RetraceEvent]) -> dict[str, Any]:
-    functions = []
+    grouped: dict[tuple[str, str], dict[str, Any]] = {}  # one row per (label, definition): wrappers merged
     for record in records:
         if not record.traces and not record.xla_compiles:
             continue
-        functions.append({
-            "function": record.label,
-            "defined_at": record.identity.defined_at,
-            "traces": record.traces,
-            "retraces": sum(n for cause, n in record.causes.items() if cause != FIRST_TRACE),
-            "xla_compiles": record.xla_compiles if record.jit else None,
-            "causes": dict(record.causes),
-            "tracing_seconds": round(record.tracing_seconds, 4),
-        })
+        row = grouped.setdefault((record.label, record.identity.defined_at), {
+            "function": record.label, "defined_at": record.identity.defined_at, "traces": 0, "retraces": 0,
+            "xla_compiles": None, "causes": Counter(), "tracing_seconds": 0.0, "tf_function_objects": 0})
+        row["traces"] += record.traces
+        row["retraces"] += sum(n for cause, n in record.causes.items() if cause != FIRST_TRACE)
+        if record.jit:
+            row["xla_compiles"] = (row["xla_compiles"] or 0) + record.xla_compiles
+        row["causes"].update(record.causes)
+        row["tracing_seconds"] += record.tracing_seconds
+        row["tf_function_objects"] += 1
+    functions = []
+    for row in grouped.values():
+        row["causes"] = dict(row["causes"])
+        row["tracing_seconds"] = round(row["tracing_seconds"], 4)
+        functions.append(row)
     causes = Counter(event.cause for event in events)
     return {
         "functions": functions,
