@@ -59,4 +59,18 @@ def explain_retracing_command(json_path: str | None, strict: bool, command: tupl
     sys.exit(result.exit_code)
 
 
-COMMANDS = [explain_retracing_command]
+@click.command("lint")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@clean_errors(ValueError)
+def lint_command(paths: tuple[str, ...]) -> None:
+    """Static checks for retracing and input-stall patterns (file:line, rule, fix). Exit 1 on findings."""
+    from myxtts.diagnostics.lint import lint_paths
+
+    findings = lint_paths(list(paths))
+    for finding in findings:
+        click.echo(finding.format())
+    click.echo(f"{len(findings)} finding(s).", err=True)
+    sys.exit(1 if findings else 0)
+
+
+COMMANDS = [explain_retracing_command, lint_command]
