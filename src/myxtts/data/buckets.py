@@ -4,9 +4,11 @@ Every batch the pipeline yields has one of these shapes, so each compiled train 
 bucket and never again. Boundaries are chosen from the length statistics of the corpus:
 
 - mel bounds are multiples of ``data.bucket_multiple`` (a multiple of the reduction factor), capped
-  at ``data.max_mel_frames``. They start from quantiles of the mel lengths and are then refined by
-  an exact dynamic programme over the candidate multiples that minimises padded mel cells plus
-  padded text cells (each relative to the real total), which is never worse than the quantiles;
+  at ``data.max_mel_frames``. Instead of plain quantiles of the mel lengths (``quantile_boundaries``,
+  the baseline the tests compare against), an exact dynamic programme over the candidate multiples
+  picks the bounds minimising padded mel cells + TEXT_COST_WEIGHT x padded text cells (each relative
+  to the real total); then spare shapes split a mel group by text length where that saves most
+  (same mel bound, smaller text bound), and the best split of the shape budget is kept;
 - each bucket's text bound is the longest token count of its members rounded up to a multiple of 8,
   capped at ``data.max_text_length``;
 - batch size = clamp(batch_frames // mel_frames, min_batch_size, batch_size), so short buckets carry

@@ -106,15 +106,22 @@ class _CacheSource:
         self.tokens = tf.RaggedTensor.from_row_lengths(tf.constant(c.tokens), tf.constant(c.token_lengths))
         self.mel = tf.RaggedTensor.from_row_lengths(tf.constant(c.mel), tf.constant(c.mel_lengths))  # float16
 
+    def _row(self, ragged: tf.RaggedTensor, row: tf.Tensor) -> tf.Tensor:
+        """Row ``row`` of ``ragged``: one slice of its flat values (cheaper than RaggedTensor.__getitem__)."""
+        splits = ragged.row_splits  # [utterances + 1] int64
+        row = tf.cast(row, tf.int64)
+        return ragged.values[splits[row]:splits[row + 1]]
+
     def parse(self, row: tf.Tensor) -> dict[str, tf.Tensor]:
-        tokens = self.tokens[row]  # [tokens] int32
-        mel = tf.cast(self.mel[row], tf.float32)  # [frames, n_mels]
+        tokens = self._row(self.tokens, row)  # [tokens] int32
+        mel = tf.cast(self._row(self.mel, row), tf.float32)  # [frames, n_mels]
         return {"tokens": tokens, "mel": tf.ensure_shape(mel, [None, self.n_mels])}
 
     def reference_mel(self, row: tf.Tensor, frames: int, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        mel = tf.cast(self.mel[row], tf.float32)  # [frames_row, n_mels]
+        mel = self._row(self.mel, row)  # [frames_row, n_mels] float16
         start = crop_start(tf.shape(mel)[0], frames, seed)
-        return crop_and_pad(mel, start, frames)
+        reference, length = crop_and_pad(mel, start, frames)  # crop first, then cast only the crop
+        return tf.cast(reference, tf.float32), length
 
 
 class _WavSource:
