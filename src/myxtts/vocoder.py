@@ -1,0 +1,127 @@
+"""Vocoders: log mel -> waveform. Griffin-Lim with TF ops only (compiled once, any length).
+
+``GriffinLim`` inverts exactly the front-end of ``myxtts.audio.MelFrontend`` (same window, hop, slaney
+mel matrix, mel power and log compression), so a mel from the cache or the model comes back as audio
+without any extra configuration.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from pathlib import Path
+
+import numpy as np
+import soundfile
+import tensorflow as tf
+
+from myxtts.audio import MelFrontend
+from myxtts.config import AudioConfig
+
+
+class Vocoder(abc.ABC):
+    """``vocoder(log_mel)``: ``[frames, n_mels]`` -> ``[samples]`` or ``[batch, frames, n_mels]`` -> ``[batch, samples]``."""
+
+    sample_rate: int
+
+    @abc.abstractmethod
+    def __call__(self, log_mel: tf.Tensor | np.ndarray) -> tf.Tensor:
+        ...
+
+
+class GriffinLim(Vocoder):
+    """Mel inversion (pseudo-inverse, clipped at 0) + fast Griffin-Lim (momentum 0.99) with tf.signal.
+
+    The output has ``(frames - 1) * hop_length`` samples, so ``MelFrontend.num_frames`` of it gives the
+    input's frame count back. Phases start from a fixed seed: the same mel gives the same audio.
+    """
+
+    def __init__(self, audio_cfg: AudioConfig, iterations: int | None = None, momentum: float = 0.99,
+                 seed: int = 1234) -> None:
+        self.frontend = MelFrontend(audio_cfg)
+        self.sample_rate = audio_cfg.sample_rate
+        self.iterations = audio_cfg.griffin_lim_iters if iterations is None else int(iterations)
+        if self.iterations < 0:
+            raise ValueError(f"GriffinLim iterations must be >= 0, got {self.iterations}.")
+        self.momentum = float(momentum)
+        self.seed = int(seed)
+        self.n_fft = audio_cfg.n_fft
+        self.hop_length = audio_cfg.hop_length
+        self.n_mels = audio_cfg.n_mels
+        self.mel_power = float(audio_cfg.mel_power)
+        # [n_mels, n_fft // 2 + 1]: least-squares inverse of the slaney filterbank (computed once, float64)
+        self.inverse_mel_matrix = tf.constant(
+            np.linalg.pinv(self.frontend.mel_matrix.numpy().astype(np.float64)).astype(np.float32))
+        self._inverse_window_fn = tf.signal.inverse_stft_window_fn(
+            self.hop_length, forward_window_fn=self.frontend._window_fn)
+        self._single = tf.function(
+            self._invert_single,
+            input_signature=[tf.TensorSpec([None, self.n_mels], tf.float32)], autograph=False)
+        self._batched = tf.function(
+            self._invert, input_signature=[tf.TensorSpec([None, None, self.n_mels], tf.float32)],
+            autograph=False)
+
+    def tracing_count(self) -> int:
+        return self._single.experimental_get_tracing_count() + self._batched.experimental_get_tracing_count()
+
+    def magnitude(self, log_mel: tf.Tensor) -> tf.Tensor:
+        """Linear STFT magnitude estimate: ``[batch, frames, n_mels]`` -> ``[batch, frames, n_fft // 2 + 1]``."""
+        mel = self.frontend.decompress(log_mel)
+        spectrum = tf.math.maximum(tf.linalg.matmul(mel, self.inverse_mel_matrix), 0.0)  # |S| ** mel_power
+        return spectrum if self.mel_power == 1.0 else tf.math.pow(spectrum, 1.0 / self.mel_power)
+
+    def _stft(self, padded_wave: tf.Tensor) -> tf.Tensor:
+        return tf.signal.stft(padded_wave, frame_length=self.n_fft, frame_step=self.hop_length,
+                              fft_length=self.n_fft, window_fn=self.frontend._window_fn, pad_end=False)
+
+    def _istft(self, stft: tf.Tensor) -> tf.Tensor:
+        # [batch, frames, n_freq] -> [batch, (frames - 1) * hop + n_fft]: the centre-padded waveform
+        return tf.signal.inverse_stft(stft, frame_length=self.n_fft, frame_step=self.hop_length,
+                                      fft_length=self.n_fft, window_fn=self._inverse_window_fn)
+
+    def _invert(self, log_mel: tf.Tensor) -> tf.Tensor:
+        magnitude = tf.cast(self.magnitude(log_mel), tf.complex64)  # [batch, frames, n_freq]
+        # one [frames, n_freq] draw shared by the batch: a clip gets the same start alone or batched
+        phase = tf.random.stateless_uniform(tf.shape(magnitude)[1:], seed=[self.seed, 0], maxval=2 * np.pi)
+        angles = tf.complex(tf.math.cos(phase), tf.math.sin(phase))  # unit phasors [frames, n_freq]
+        angles = tf.broadcast_to(angles, tf.shape(magnitude))  # [batch, frames, n_freq]
+        previous = tf.zeros_like(angles)
+        keep = self.momentum / (1.0 + self.momentum)
+
+        def step(index: tf.Tensor, angles: tf.Tensor, previous: tf.Tensor) -> tuple:
+            rebuilt = self._stft(self._istft(magnitude * angles))  # consistent spectrogram nearest the guess
+            accelerated = rebuilt - tf.cast(keep, tf.complex64) * previous
+            norm = tf.cast(tf.math.abs(accelerated) + 1e-16, tf.complex64)
+            return index + 1, accelerated / norm, rebuilt
+
+        _, angles, _ = tf.while_loop(lambda index, *_: index < self.iterations, step,
+                                     (tf.constant(0), angles, previous))
+        padded = self._istft(magnitude * angles)  # [batch, (frames - 1) * hop + n_fft]
+        trim = self.n_fft // 2  # undo the centre padding of the analysis
+        return padded[:, trim: tf.shape(padded)[1] - trim]  # [batch, (frames - 1) * hop]
+
+    def _invert_single(self, log_mel: tf.Tensor) -> tf.Tensor:
+        return self._invert(log_mel[tf.newaxis])[0]  # [frames, n_mels] -> [samples]
+
+    def __call__(self, log_mel: tf.Tensor | np.ndarray) -> tf.Tensor:
+        log_mel = tf.convert_to_tensor(log_mel, dtype=tf.float32)
+        if log_mel.shape.rank == 2 and log_mel.shape[-1] == self.n_mels:
+            return self._single(log_mel)
+        if log_mel.shape.rank == 3 and log_mel.shape[-1] == self.n_mels:
+            return self._batched(log_mel)
+        raise ValueError(f"GriffinLim expects a log mel of shape [frames, {self.n_mels}] or [batch, frames, "
+                         f"{self.n_mels}] (audio.n_mels), got {log_mel.shape}.")
+
+
+def write_wav(path: str | os.PathLike, waveform: tf.Tensor | np.ndarray, sample_rate: int) -> Path:
+    """Write ``[samples]`` (or ``[samples, channels]``) float audio as 16-bit PCM WAV, clipped to [-1, 1]."""
+    wave = np.asarray(waveform, dtype=np.float32)
+    if wave.ndim not in (1, 2) or wave.size == 0:
+        raise ValueError(f"write_wav: expected a non-empty [samples] or [samples, channels] waveform, got "
+                         f"shape {wave.shape}.")
+    if not np.all(np.isfinite(wave)):
+        raise ValueError(f"write_wav: waveform for {path} holds NaN or Inf samples.")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    soundfile.write(str(path), np.clip(wave, -1.0, 1.0), int(sample_rate), subtype="PCM_16", format="WAV")
+    return path
