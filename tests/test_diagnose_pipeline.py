@@ -1,0 +1,90 @@
+"""diagnose_dataset on synthetic tf.data pipelines: rates, input-bound band, blame, graph scan, fixes."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from myxtts.diagnostics.dataset_graph import graph_facts, has_final_prefetch, stage_name, stages
+from myxtts.diagnostics.pipeline_probe import band, diagnose_dataset, target_from_flops
+
+
+def _slow_python(value):
+    time.sleep(0.003)  # a Python feature extractor: holds the GIL
+    return value
+
+
+def _py_pipeline():
+    return (tf.data.Dataset.range(10_000)
+            .map(lambda x: tf.numpy_function(_slow_python, [x], tf.int64))
+            .map(lambda x: tf.cast(x, tf.float32))
+            .batch(4))
+
+
+@tf.function
+def _fast_step(batch):
+    return tf.reduce_sum(batch)
+
+
+def test_graph_scan_finds_py_function_generator_sequential_map_and_missing_prefetch():
+    facts = graph_facts(_py_pipeline())
+    assert facts.available and any(item.startswith("PyFunc") for item in facts.py_functions)
+    assert facts.sequential_maps == 2 and facts.parallel_maps == 0
+    generator = tf.data.Dataset.from_generator(lambda: iter(range(5)), output_signature=tf.TensorSpec([], tf.int64))
+    assert graph_facts(generator).generator_sources == 1
+    clean = tf.data.Dataset.range(8).map(lambda x: x + 1, num_parallel_calls=2).batch(2).prefetch(1)
+    clean_facts = graph_facts(clean)
+    assert clean_facts.py_functions == [] and clean_facts.sequential_maps == 0 and clean_facts.parallel_maps == 1
+    assert has_final_prefetch(clean) and not has_final_prefetch(_py_pipeline())
+    assert [stage_name(s) for s in stages(clean)][0].startswith("Range")
+
+
+def test_python_bound_pipeline_is_highly_input_bound_and_blames_the_py_map():
+    report = diagnose_dataset(_py_pipeline(), consumer=_fast_step, steps=12, stage_elements=16)
+    assert report.consumer_steps_per_second > report.producer_batches_per_second
+    assert report.input_bound_share > 0.20 and report.input_bound_band == "highly input-bound"
+    assert report.slowest_stage is not None and report.slowest_stage.startswith(("Map", "ParallelMap"))
+    assert report.stage_timings[0].stage.startswith("Range") and not report.stage_timings[0].slower_than_consumer
+    problems = " ".join(r.problem for r in report.recommendations)
+    assert "Python functions" in problems and "prefetch" in problems and "without num_parallel_calls" in problems
+    prefetch = next(r for r in report.recommendations if "prefetch" in r.problem)
+    assert prefetch.measured_gain is not None
+    assert "input-bound share" in report.format()
+
+
+def test_in_memory_pipeline_is_not_input_bound_for_a_slow_consumer():
+    data = tf.data.Dataset.from_tensor_slices(np.ones([64, 32], np.float32)).batch(8).repeat().prefetch(2)
+    weights = tf.ones([32, 32])
+
+    @tf.function
+    def slow_step(batch):
+        value = batch
+        for _ in range(30):
+            value = tf.tanh(tf.matmul(value, weights))
+        return tf.reduce_sum(value)
+
+    report = diagnose_dataset(data, consumer=slow_step, steps=16, stage_elements=16)
+    assert report.final_prefetch and report.py_functions == [] and report.generator_sources == 0
+    assert report.input_bound_share < 0.5
+    assert all(not r.problem.startswith("the pipeline does not end") for r in report.recommendations)
+
+
+def test_target_rate_without_consumer_answers_would_it_feed_a_fast_device():
+    target = target_from_flops(model_flops_per_step=2e12, device_peak_flops=989e12, utilization=0.4)
+    assert target == pytest.approx(197.8)
+    report = diagnose_dataset(_py_pipeline(), steps=8, target_steps_per_second=target, stage_elements=16)
+    assert report.feeds_target is False and report.consumer_steps_per_second == target
+    assert any("below the target consumer" in r.problem for r in report.recommendations)
+
+
+def test_bands_and_validation():
+    assert band(0.01) == "not input-bound" and band(0.1) == "moderately input-bound" and band(0.5) == "highly input-bound"
+    with pytest.raises(ValueError, match="steps"):
+        diagnose_dataset(tf.data.Dataset.range(3), steps=2)
+    with pytest.raises(ValueError, match="no batches"):
+        diagnose_dataset(tf.data.Dataset.range(0), steps=8)
+    with pytest.raises(ValueError):
+        target_from_flops(0, 1e12)
