@@ -87,11 +87,14 @@ def test_log_compression_round_trip(clips, compression):
 
 def test_batch_equals_one_at_a_time(frontend, clips):
     singles = [frontend(wave).numpy() for wave in clips]
-    batched = frontend.batch(clips)
     assert len({len(wave) for wave in clips}) > 1  # really different lengths
-    for single, together, wave in zip(singles, batched, clips):
-        assert together.shape == single.shape == (frontend.num_frames(len(wave)), 80)
-        np.testing.assert_allclose(together, single, rtol=0, atol=1e-5)
+    for padded in (True, False, None):
+        batched = frontend.batch(clips, padded=padded)
+        for single, together, wave in zip(singles, batched, clips):
+            assert together.shape == single.shape == (frontend.num_frames(len(wave)), 80)
+            np.testing.assert_allclose(together, single, rtol=0, atol=1e-5)
+            if padded is False:
+                np.testing.assert_array_equal(together, single)
     # a [batch, samples] tensor of equal-length crops gives the same as each crop alone
     length = min(len(wave) for wave in clips)
     stacked = np.stack([wave[:length] for wave in clips])  # [batch, samples]
@@ -123,7 +126,7 @@ def test_bad_rank_and_short_clip(frontend):
     with pytest.raises(ValueError, match=r"\[samples\] or \[batch, samples\]"):
         frontend(np.zeros((1, 2, 3000), np.float32))
     with pytest.raises(ValueError, match="reflect padding"):
-        frontend.batch([np.zeros(100, np.float32)])
+        frontend.batch([np.zeros(100, np.float32)], padded=True)
 
 
 # ---- load_audio ---------------------------------------------------------------------------------

@@ -288,16 +288,20 @@ class MelFrontend:
     def num_frames(self, num_samples: int) -> int:
         return 1 + int(num_samples) // self.hop_length
 
-    def batch(self, waveforms: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Log mels of many clips in one graph call; each equals ``frontend(wave)`` for that clip.
+    def batch(self, waveforms: Sequence[np.ndarray], padded: bool | None = None) -> list[np.ndarray]:
+        """Log mels of many clips; each equals ``frontend(wave)`` for that clip. Returns float32 ``[frames_i, n_mels]``.
 
-        Each clip is reflect-padded on its own (as a single call does), then zero-padded at the end to
-        the longest; a frame of a clip only covers its own padded samples, so the tail never leaks in.
-        Returns a list of float32 ``[frames_i, n_mels]`` arrays.
+        ``padded=True``: one graph call for all clips. Each clip is reflect-padded on its own (as a single
+        call does), then zero-padded at the end to the longest; a frame only covers its own clip's padded
+        samples, so the tail never leaks in (equal to one at a time up to float32 rounding, ~1e-6).
+        ``padded=False``: the compiled single-clip graph per clip (bitwise equal, no padding work).
+        ``None`` picks padded only when a GPU is present: on CPU the per-clip path measured ~2.5x faster
+        (TF 2.21, 2 cores, 96 LJSpeech clips in batches of 32: 0.35 s vs 0.9 s; FFT batching does not pay
+        and padding to the longest clip doubles the work).
         """
         if not waveforms:
             return []
-        padded_clips = []
+        clips = []
         for index, wave in enumerate(waveforms):
             wave = np.asarray(wave, dtype=np.float32)
             if wave.ndim != 1:
@@ -305,10 +309,15 @@ class MelFrontend:
             if wave.shape[0] <= self.padding:
                 raise ValueError(f"MelFrontend.batch: clip {index} has {wave.shape[0]} samples; reflect "
                                  f"padding needs more than n_fft // 2 = {self.padding}.")
-            padded_clips.append(np.pad(wave, self.padding, mode="reflect"))
+            clips.append(wave)
+        if padded is None:
+            padded = bool(tf.config.list_physical_devices("GPU"))
+        if not padded:
+            return [self._mel_single(tf.constant(wave)).numpy() for wave in clips]
+        padded_clips = [np.pad(wave, self.padding, mode="reflect") for wave in clips]
         longest = max(clip.shape[0] for clip in padded_clips)
         stacked = np.zeros((len(padded_clips), longest), dtype=np.float32)  # [batch, padded samples]
         for index, clip in enumerate(padded_clips):
             stacked[index, : clip.shape[0]] = clip
         mels = self.compress(self._mel_prepadded(tf.constant(stacked))).numpy()  # [batch, frames, n_mels]
-        return [mels[index, : self.num_frames(wave.shape[0])] for index, wave in enumerate(waveforms)]
+        return [mels[index, : self.num_frames(wave.shape[0])] for index, wave in enumerate(clips)]
