@@ -73,4 +73,45 @@ def lint_command(paths: tuple[str, ...]) -> None:
     sys.exit(1 if findings else 0)
 
 
-COMMANDS = [explain_retracing_command, lint_command]
+@click.group("diagnose")
+def diagnose_group() -> None:
+    """Measure a configured setup: input pipeline throughput (and retracing once the trainer lands)."""
+
+
+@diagnose_group.command("pipeline")
+@config_option()
+@override_option()
+@click.option("--steps", type=int, default=50, show_default=True, help="Batches measured per phase.")
+@click.option("--target-steps-per-second", type=float, default=None,
+              help="Consumer rate to feed (e.g. an accelerator's measured steps/s).")
+@click.option("--model-flops", type=float, default=None, help="FLOPs of one training step (with --device-peak-tflops).")
+@click.option("--device-peak-tflops", type=float, default=None, help="Device peak, e.g. 989 for an H100 (bf16 dense).")
+@click.option("--split", type=click.Choice(["train", "validation"]), default="train", show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report as JSON.")
+@clean_errors(ValueError)
+def diagnose_pipeline_command(config_path: str, overrides: tuple[str, ...], steps: int,
+                              target_steps_per_second: float | None, model_flops: float | None,
+                              device_peak_tflops: float | None, split: str, json_path: str | None) -> None:
+    """Producer rate of the configured InputPipeline against a consumer target, with ranked fixes.
+
+    Without a target this reports the producer alone plus the static checks (Python functions,
+    generator sources, sequential maps, final prefetch) and per-stage rates.
+    """
+    from myxtts.data.pipeline import InputPipeline
+    from myxtts.diagnostics.pipeline_probe import diagnose_dataset, target_from_flops
+
+    cfg = load(config_path, overrides)
+    if target_steps_per_second is None and (model_flops is not None or device_peak_tflops is not None):
+        if model_flops is None or device_peak_tflops is None:
+            raise click.UsageError("--model-flops and --device-peak-tflops go together.")
+        target_steps_per_second = target_from_flops(model_flops, device_peak_tflops * 1e12)
+    dataset = InputPipeline(cfg, split=split).dataset(repeat=True)  # CacheError (a ValueError) names `prepare`
+    report = diagnose_dataset(dataset, steps=steps, target_steps_per_second=target_steps_per_second)
+    click.echo(report.format())
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as handle:
+            json.dump(report.to_dict(), handle, indent=2)
+    sys.exit(1 if report.feeds_target is False else 0)
+
+
+COMMANDS = [explain_retracing_command, lint_command, diagnose_group]

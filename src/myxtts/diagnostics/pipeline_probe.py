@@ -160,7 +160,9 @@ def diagnose_dataset(dataset: tf.data.Dataset, consumer: Callable[[Any], Any] | 
                              in stage_name(s)), len(chain))
     for index, stage in enumerate(chain):
         if index < batching_seen_at:  # element stage: batch it so Python iteration cost matches the consumer's
-            rate, _ = _rate(stage.batch(per_batch), max(8, stage_elements // per_batch))
+            # elements may differ in shape: reduce each to a token so batching always works (still computed)
+            tokens = stage.map(lambda *element: tf.constant(0, tf.int8)).batch(per_batch)
+            rate, _ = _rate(tokens, max(8, stage_elements // per_batch))
         else:
             rate, _ = _rate(stage, max(8, stage_elements // per_batch))
         slower = reference_rate is not None and rate < reference_rate
