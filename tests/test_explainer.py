@@ -309,3 +309,17 @@ def test_monitor_api_warmup_strict_passthrough_and_json(tmp_path):
 def test_watch_rejects_a_plain_function():
     with pytest.raises(TypeError, match="tf.function"):
         RetraceMonitor().watch(lambda x: x)
+
+
+def test_one_function_per_bucket_signature_is_not_new_function():
+    def step(x):
+        return tf.reduce_sum(x)
+
+    monitor = RetraceMonitor()
+    buckets = {size: monitor.watch(tf.function(step, input_signature=[tf.TensorSpec([size], tf.float32)]),
+                                   name=f"step[bucket {size}]") for size in (2, 3)}
+    buckets[2](tf.ones([2]))
+    buckets[3](tf.ones([3]))
+    monitor.end_warmup()
+    buckets[2](tf.ones([2]))
+    assert monitor.events == [] and len(monitor.first_traces) == 2

@@ -76,6 +76,9 @@ CASES = {
         compiled = tf.function(loss)
         for step in range(10):
             compiled(x)
+        table = {}
+        for spec in signatures:  # one compiled function per signature, stored: deliberate
+            table[str(spec)] = tf.function(loss, input_signature=[spec])
         """),
     "python-scalar-argument": (
         """

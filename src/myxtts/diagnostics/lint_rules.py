@@ -231,7 +231,7 @@ class ModuleLinter(ast.NodeVisitor):
             if not isinstance(node, ast.Call):
                 continue
             name = dotted(node.func)
-            if is_tf_function_expr(node.func) and node.args:
+            if is_tf_function_expr(node.func) and node.args and self._called_in_loop(node, loop):
                 self.add("tf-function-in-loop", node, "tf.function(...) created inside a loop: every wrapper has "
                          "its own trace cache, so every iteration traces again.",
                          "create the tf.function once, before the loop, and call it inside.")
@@ -245,6 +245,21 @@ class ModuleLinter(ast.NodeVisitor):
                         self.add("python-scalar-argument", argument, f"a Python {_kind(argument)} passed to "
                                  f"tf.function {name} inside a loop: each new value traces a new graph.",
                                  "pass a tensor (tf.constant(value) / tf.convert_to_tensor) or a tf.Variable.")
+
+    def _called_in_loop(self, creation: ast.Call, loop: ast.AST) -> bool:
+        """The new wrapper is called in the same loop (immediately, or through the plain name it is bound to).
+
+        Storing one function per signature in a dict (`functions[key] = tf.function(fn, input_signature=..)`)
+        is a deliberate table of compiled functions, not a retrace.
+        """
+        names: set[str] = set()
+        for node in walk_body(loop):
+            if isinstance(node, ast.Call) and node.func is creation:
+                return True
+            if isinstance(node, ast.Assign) and node.value is creation:
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names
+                   for node in walk_body(loop))
 
     def _creates_tf_function(self, function: ast.AST) -> bool:
         for node in walk_body(function):

@@ -40,6 +40,7 @@ class FunctionRecord:
     jit: bool = False
     xla_shapes: set = field(default_factory=set)
     xla_compiles: int = 0
+    signature: str | None = None  # repr of an explicit input_signature (None: traced from the arguments)
 
 
 class RetraceMonitor:
@@ -128,8 +129,10 @@ class RetraceMonitor:
         record = self._records.get(function)
         if record is None:
             identity = function_identity(function)
+            signature = getattr(function, "input_signature", None)
             record = FunctionRecord(label or identity.qualname, identity,
-                                    jit=bool(getattr(function, "_jit_compile", False)))  # private, guarded
+                                    jit=bool(getattr(function, "_jit_compile", False)),  # private, guarded
+                                    signature=repr(signature) if signature is not None else None)
             self._records[function] = record
             self._all_records.append(record)
             self._by_code.setdefault(identity.code, []).append(record)
@@ -171,7 +174,9 @@ class RetraceMonitor:
     def _first_trace(self, record: FunctionRecord, snapshot: explainer.Snapshot, site: str, before: int,
                      seconds: float) -> None:
         """A first trace of this tf.function object: new_function if its code was traced before."""
-        siblings = [r for r in self._by_code.get(record.identity.code, []) if r is not record and r.snapshots]
+        # a wrapper with its own, different input_signature (one compiled function per bucket) is deliberate
+        siblings = [r for r in self._by_code.get(record.identity.code, []) if r is not record and r.snapshots
+                    and not (r.signature and record.signature and r.signature != record.signature)]
         if siblings:
             previous = siblings[-1]
             total = sum(r.traces for r in self._by_code[record.identity.code])
