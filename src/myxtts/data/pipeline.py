@@ -304,7 +304,7 @@ class InputPipeline:
         dataset = dataset.enumerate().map(add_reference, num_parallel_calls=parallel)
         dataset = dataset.group_by_window(key_func=bucket_key, reduce_func=self._batch_bucket,
                                           window_size_func=self._window_size)
-        dataset = dataset.map(lambda batch: {key: batch[key] for key in BATCH_KEYS})
+        dataset = dataset.map(lambda batch: {key: batch[key] for key in BATCH_KEYS}, num_parallel_calls=parallel)
         return self._prefetch(dataset)
 
     def _window_size(self, key: tf.Tensor) -> tf.Tensor:
