@@ -1,0 +1,106 @@
+"""Synthesis commands: `myxtts synthesize` (text + reference clip -> wav) and `myxtts evaluate`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from myxtts.cli.common import clean_errors
+
+
+def _synthesizer(run_dir: str | None, checkpoint: str | None, config_path: str | None, batch_size: int):
+    from myxtts.synthesize import RunError, Synthesizer
+
+    if run_dir and checkpoint:
+        raise RunError("Give either --run or --checkpoint (with --config), not both.")
+    if run_dir:
+        return Synthesizer.from_run(run_dir, config=config_path, batch_size=batch_size)
+    if checkpoint:
+        if not config_path:
+            raise RunError("--checkpoint needs --config (the run's config.yaml).")
+        return Synthesizer.from_checkpoint(checkpoint, config_path, batch_size=batch_size)
+    raise RunError("Give --run RUN_DIR, or --checkpoint CKPT with --config CFG.")
+
+
+def _read_texts(text: str | None, text_file: str | None) -> list[str]:
+    if (text is None) == (text_file is None):
+        raise ValueError("Give exactly one of --text or --text-file.")
+    if text is not None:
+        if not text.strip():
+            raise ValueError("--text is empty: give the sentence to synthesize.")
+        return [text]
+    path = Path(text_file)
+    if not path.is_file():
+        raise ValueError(f"Text file not found: {path}")
+    texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    texts = [line for line in texts if line]
+    if not texts:
+        raise ValueError(f"Text file {path} has no non-empty line (one text per line).")
+    return texts
+
+
+@click.command("synthesize")
+@click.option("--run", "run_dir", type=click.Path(file_okay=False), help="Training run directory.")
+@click.option("--checkpoint", type=click.Path(), help="Checkpoint prefix (e.g. RUN/checkpoints/ckpt-3) or folder.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="Config (required with --checkpoint; with --run it replaces the run's config.yaml).")
+@click.option("--text", help="Sentence to synthesize.")
+@click.option("--text-file", type=click.Path(dir_okay=False), help="Texts to synthesize, one per line.")
+@click.option("--reference", required=True, type=click.Path(), help="Reference voice clip (any audio format).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Output wav (one text).")
+@click.option("--out-dir", type=click.Path(file_okay=False), help="Output folder (001.wav, 002.wav, ...).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Texts decoded together (one compiled graph per batch size and text bucket).")
+@clean_errors(ValueError, OSError)
+def synthesize_command(run_dir, checkpoint, config_path, text, text_file, reference, out_path, out_dir,
+                       batch_size) -> None:
+    """Text + a reference voice clip -> 16-bit WAV at the configured sample rate."""
+    from myxtts.synthesize import write_results
+    from myxtts.vocoder import write_wav
+
+    texts = _read_texts(text, text_file)
+    if (out_path is None) == (out_dir is None):
+        raise ValueError("Give exactly one of --out (one text) or --out-dir (any number of texts).")
+    if out_path is not None and len(texts) > 1:
+        raise ValueError(f"{len(texts)} texts need --out-dir, not --out.")
+    if not Path(reference).is_file():
+        raise ValueError(f"Reference clip not found: {reference}")
+    synthesizer = _synthesizer(run_dir, checkpoint, config_path, batch_size)
+    results = synthesizer.synthesize_detailed(texts, reference)
+    rate = synthesizer.sample_rate
+    paths = [write_wav(out_path, results[0].waveform, rate)] if out_path else write_results(results, out_dir, rate)
+    for path, result in zip(paths, results):
+        seconds = len(result.waveform) / rate
+        compute = result.decode_seconds + result.vocoder_seconds
+        ending = "stop token" if result.stopped_by_token else f"max length ({result.max_frames} frames)"
+        click.echo(f"wrote {path} ({seconds:.2f} s, {result.frames} frames, ended by {ending}, "
+                   f"RTF {compute / max(seconds, 1e-9):.3f})")
+    click.echo(f"compiled decoder graphs: {synthesizer.tracing_count()} "
+               f"(batch x text bucket: {sorted(synthesizer.decoder.functions)})")
+
+
+@click.command("evaluate")
+@click.option("--run", "run_dir", required=True, type=click.Path(file_okay=False), help="Training run directory.")
+@click.option("--data", "data_path", type=click.Path(),
+              help="Corpus folder (LJSpeech layout) or list file; default: the run's validation split.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Config replacing the run's.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Evaluate at most N clips.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the report as JSON here.")
+@click.option("--plots", "plots_dir", type=click.Path(file_okay=False),
+              help="Write mel / alignment PNGs per clip here.")
+@clean_errors(ValueError, OSError)
+def evaluate_command(run_dir, data_path, config_path, limit, json_path, plots_dir) -> None:
+    """MCD-DTW, teacher-forced mel L1, stop accuracy, attention diagonality / focus, real-time factor."""
+    from myxtts.evaluate import evaluate_run, format_report
+
+    report = evaluate_run(run_dir, data=data_path, config=config_path, limit=limit, plots_dir=plots_dir)
+    click.echo(format_report(report))
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(report, indent=2), encoding="utf-8")
+        click.echo(f"wrote {json_path}")
+
+
+COMMANDS = [synthesize_command, evaluate_command]

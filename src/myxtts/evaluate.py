@@ -1,0 +1,206 @@
+"""Evaluate a run on held-out clips: free-running quality and teacher-forced fit.
+
+Per clip (the run's validation split by default, or every clip of a corpus folder / list file):
+
+- ``mcd_dtw_db``: MCD-DTW between the real audio and the free-running synthesis (Griffin-Lim), the
+  reference voice being another clip of the same speaker (the clip itself when it is the only one);
+- ``teacher_forced_mel_l1``: mean |mel_after - real mel| over real frames with the true previous frames
+  fed to the decoder (what the training loss measures, here on held-out audio);
+- ``stop_accuracy``: share of real decoder steps whose teacher-forced stop decision (sigmoid > 0.5) is
+  right (1 only on the last step);
+- ``attention_diagonality`` / ``focus_rate`` of the free-running alignment (and ``teacher_forced_*``);
+- ``real_time_factor``: (compiled decoding + vocoder seconds) / seconds of audio produced;
+- ``length_ratio``: synthesized / real frames, and whether the stop token (not the maximum) ended it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from myxtts.audio import load_audio
+from myxtts.config import Config
+from myxtts.data.corpus import CorpusEntry, read_corpus
+from myxtts.metrics import attention_diagonality, focus_rate, mel_cepstral_distortion
+from myxtts.synthesis.decoding import STOP_THRESHOLD
+from myxtts.synthesis.synthesizer import Synthesizer
+from myxtts.text import PAD_ID
+
+MEL_BUCKET_MULTIPLE = 64  # teacher-forced frames are padded to multiples of this (few compiled shapes)
+SUMMARY_KEYS = ("mcd_dtw_db", "teacher_forced_mel_l1", "stop_accuracy", "attention_diagonality", "focus_rate",
+                "teacher_forced_attention_diagonality", "teacher_forced_focus_rate", "real_time_factor",
+                "length_ratio", "stopped_by_token")
+
+
+def machine_description() -> dict[str, Any]:
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "python": platform.python_version(), "tensorflow": tf.__version__}
+
+
+def corpus_entries(cfg: Config, data: str | os.PathLike | None) -> tuple[list[CorpusEntry], list[CorpusEntry], str]:
+    """(clips to evaluate, clips usable as references, description of the source)."""
+    if data is not None:
+        path = Path(data)
+        if not path.exists():
+            raise ValueError(f"Evaluation data not found: {path}")
+        corpus_format = "ljspeech" if path.is_dir() else "list"
+        entries = read_corpus(path, corpus_format, cfg.data.language).entries
+        if not entries:
+            raise ValueError(f"No usable clip in {path} (format {corpus_format}).")
+        return entries, entries, f"corpus {path}"
+    from myxtts.data.cache import read_manifest
+    from myxtts.data.prepare import validation_ids
+
+    entries = read_corpus(cfg.corpus_path, cfg.data.corpus_format, cfg.data.language).entries
+    manifest = read_manifest(cfg.cache_dir)
+    if manifest is not None and manifest.get("splits", {}).get("validation"):
+        held_out = set(manifest["splits"]["validation"])
+        source = f"validation split of {cfg.cache_dir}"
+    else:  # no cache: the same deterministic choice prepare makes
+        held_out = set(validation_ids([e.id for e in entries], cfg.data.validation_size))
+        source = f"validation ids (data.validation_size={cfg.data.validation_size}) of {cfg.corpus_path}"
+    selected = [e for e in entries if e.id in held_out]
+    if not selected:
+        raise ValueError(f"The run has no held-out clips ({source}); pass --data CORPUS.")
+    return selected, entries, source
+
+
+def pick_reference(entry: CorpusEntry, pool: list[CorpusEntry]) -> CorpusEntry:
+    """Another clip of the same speaker (the next in corpus order), else the clip itself."""
+    same = [e for e in pool if e.speaker == entry.speaker and e.id != entry.id]
+    if not same:
+        return entry
+    later = [e for e in same if e.line_number > entry.line_number]
+    return (later or same)[0]
+
+
+class TeacherForcing:
+    """Teacher-forced forward pass, compiled once per (text bucket, mel bucket) with a static signature."""
+
+    def __init__(self, synthesizer: Synthesizer) -> None:
+        self.synthesizer = synthesizer
+        self.functions: dict[tuple[int, int], Any] = {}
+
+    def _function(self, text_len: int, frames: int):
+        key = (text_len, frames)
+        if key not in self.functions:
+            cfg = self.synthesizer.cfg
+            spec = {"tokens": tf.TensorSpec([1, text_len], tf.int32), "token_lengths": tf.TensorSpec([1], tf.int32),
+                    "mel": tf.TensorSpec([1, frames, cfg.audio.n_mels], tf.float32),
+                    "mel_lengths": tf.TensorSpec([1], tf.int32),
+                    "reference_mel": tf.TensorSpec([1, cfg.data.reference_frames, cfg.audio.n_mels], tf.float32),
+                    "reference_lengths": tf.TensorSpec([1], tf.int32), "speaker_ids": tf.TensorSpec([1], tf.int32)}
+            model = self.synthesizer.model
+            self.functions[key] = tf.function(lambda batch: model(batch, training=False), input_signature=[spec])
+        return self.functions[key]
+
+    def __call__(self, tokens: np.ndarray, mel: np.ndarray, reference_mel: np.ndarray, reference_length: int) -> dict:
+        r = self.synthesizer.lengths.reduction_factor
+        text_len = self.synthesizer.lengths.text_bucket(len(tokens))
+        limit = self.synthesizer.model.dims.max_positions * r
+        frames = min(math.ceil(mel.shape[0] / MEL_BUCKET_MULTIPLE) * MEL_BUCKET_MULTIPLE, limit)
+        true_frames = min(mel.shape[0], frames)
+        padded_tokens = np.full([1, text_len], PAD_ID, np.int32)
+        padded_tokens[0, : len(tokens)] = tokens
+        padded_mel = np.zeros([1, frames, mel.shape[1]], np.float32)
+        padded_mel[0, :true_frames] = mel[:true_frames]
+        batch = {"tokens": padded_tokens, "token_lengths": np.array([len(tokens)], np.int32), "mel": padded_mel,
+                 "mel_lengths": np.array([true_frames], np.int32), "reference_mel": reference_mel[None],
+                 "reference_lengths": np.array([reference_length], np.int32), "speaker_ids": np.zeros([1], np.int32)}
+        outputs = {k: v.numpy()[0] for k, v in self._function(text_len, frames)(
+            {k: tf.constant(v) for k, v in batch.items()}).items()}
+        steps = math.ceil(true_frames / r)
+        stop_target = np.zeros([steps], bool)
+        stop_target[-1] = True
+        stop_decisions = 1.0 / (1.0 + np.exp(-outputs["stop_logits"][:steps])) > STOP_THRESHOLD
+        alignment = outputs["alignments"][:steps, : len(tokens)]
+        return {"teacher_forced_mel_l1": float(np.mean(np.abs(outputs["mel_after"][:true_frames] - mel[:true_frames]))),
+                "stop_accuracy": float(np.mean(stop_decisions == stop_target)),
+                "teacher_forced_attention_diagonality": attention_diagonality(alignment),
+                "teacher_forced_focus_rate": focus_rate(alignment), "mel_after": outputs["mel_after"][:true_frames]}
+
+
+def evaluate(synthesizer: Synthesizer, entries: list[CorpusEntry], pool: list[CorpusEntry],
+             plots_dir: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+    """Metrics per clip (see the module docstring)."""
+    from myxtts.synthesis.plots import mel_comparison_image, write_png
+
+    rate = synthesizer.sample_rate
+    teacher = TeacherForcing(synthesizer)
+    items = []
+    for entry in entries:
+        real_wave = load_audio(entry.audio_path, rate)  # [samples]
+        real_mel = synthesizer.frontend(real_wave).numpy()  # [frames, n_mels]
+        reference = pick_reference(entry, pool)
+        reference_mel, reference_length = synthesizer.reference_mel(reference.audio_path)
+        tokens = synthesizer.encode([entry.text])[0]
+        synthesizer.warm_up(len(tokens), batch_size=1)  # the real-time factor excludes compilation
+        started = time.perf_counter()
+        result = synthesizer.decode_tokens([tokens], [reference_mel], [reference_length], batch_size=1,
+                                           texts=[entry.text])[0]
+        synthesizer.vocode(result)
+        compute_seconds = time.perf_counter() - started
+        seconds = len(result.waveform) / rate
+        forced = teacher(tokens, real_mel, reference_mel, reference_length)
+        item = {"id": entry.id, "reference_id": reference.id, "tokens": int(len(tokens)),
+                "real_frames": int(real_mel.shape[0]), "synthesized_frames": result.frames,
+                "length_ratio": result.frames / real_mel.shape[0], "stopped_by_token": result.stopped_by_token,
+                "mcd_dtw_db": mel_cepstral_distortion(real_wave, result.waveform, rate),
+                "attention_diagonality": attention_diagonality(result.alignment),
+                "focus_rate": focus_rate(result.alignment),
+                "real_time_factor": compute_seconds / max(seconds, 1e-9), "seconds": seconds,
+                **{k: v for k, v in forced.items() if k != "mel_after"}}
+        if plots_dir is not None:
+            folder = Path(plots_dir)
+            item["plots"] = [str(write_png(folder / f"{entry.id}_mel.png", mel_comparison_image(real_mel, result.mel))),
+                             str(write_png(folder / f"{entry.id}_alignment.png", result.alignment.T, scale=3)),
+                             str(write_png(folder / f"{entry.id}_teacher_forced_mel.png",
+                                           mel_comparison_image(real_mel, forced["mel_after"])))]
+        items.append(item)
+    return items
+
+
+def summarize(items: list[dict[str, Any]]) -> dict[str, float]:
+    return {key: float(np.mean([float(item[key]) for item in items])) for key in SUMMARY_KEYS}
+
+
+def evaluate_run(run_dir: str | os.PathLike, data: str | os.PathLike | None = None,
+                 config: str | os.PathLike | None = None, limit: int | None = None,
+                 plots_dir: str | os.PathLike | None = None, synthesizer: Synthesizer | None = None) -> dict[str, Any]:
+    """The evaluation report (JSON-ready): summary means, per-clip items, run / machine description."""
+    synthesizer = synthesizer or Synthesizer.from_run(run_dir, config=config)
+    entries, pool, source = corpus_entries(synthesizer.cfg, data)
+    if limit is not None:
+        entries = entries[:limit]
+    started = time.perf_counter()
+    items = evaluate(synthesizer, entries, pool, plots_dir)
+    return {"run": str(run_dir), "checkpoint": synthesizer.checkpoint, "data": source, "clips": len(items),
+            "summary": summarize(items), "items": items, "synthesis": synthesizer.describe(),
+            "decoder_traces": synthesizer.tracing_count(), "seconds": time.perf_counter() - started,
+            "plots": str(plots_dir) if plots_dir is not None else None, "machine": machine_description()}
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """A readable table: one row per clip, then the means."""
+    columns = [("id", "id", "{}"), ("MCD dB", "mcd_dtw_db", "{:.2f}"), ("TF L1", "teacher_forced_mel_l1", "{:.3f}"),
+               ("stop acc", "stop_accuracy", "{:.3f}"), ("diag", "attention_diagonality", "{:.3f}"),
+               ("focus", "focus_rate", "{:.3f}"), ("RTF", "real_time_factor", "{:.3f}"),
+               ("len ratio", "length_ratio", "{:.2f}"), ("stop tok", "stopped_by_token", "{}")]
+    rows = [[fmt.format(item[key]) for _, key, fmt in columns] for item in report["items"]]
+    summary = report["summary"]
+    rows.append(["mean"] + [fmt.format(summary[key]) if key != "stopped_by_token" else f"{summary[key]:.0%}"
+                            for _, key, fmt in columns[1:]])
+    widths = [max(len(header), *(len(row[i]) for row in rows)) for i, (header, _, _) in enumerate(columns)]
+    lines = [f"evaluation of {report['checkpoint']} on {report['clips']} clips ({report['data']})",
+             "  ".join(header.ljust(width) for (header, _, _), width in zip(columns, widths))]
+    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) for row in rows]
+    if report.get("plots"):
+        lines.append(f"plots: {report['plots']}")
+    return "\n".join(lines)

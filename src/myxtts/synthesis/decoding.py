@@ -1,0 +1,113 @@
+"""Free-running decoding compiled into ONE graph per (batch size, text bucket): a ``tf.while_loop`` over
+decoder steps with a key/value cache preallocated for the bucket's maximum length.
+
+Per step the decoder sees only the newest r frames; the self-attention keys/values of earlier steps
+are in the cache and the cross-attention keys/values of the memory (text + speaker latents) are
+projected once before the loop. Every item of the batch stops on its own: when its stop probability
+exceeds 0.5 (and it has at least its minimum number of steps) or at its maximum; a finished item keeps
+its length and the loop ends when every item is done or the bucket's maximum is reached.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from myxtts.model import XTTSModel
+
+STOP_THRESHOLD = 0.5  # sigmoid(stop_logit) above this ends an item
+
+
+def decode_signature(batch_size: int, text_bucket: int, reference_frames: int, n_mels: int) -> list[tf.TensorSpec]:
+    """Static input signature of one compiled decoder."""
+    return [tf.TensorSpec([batch_size, text_bucket], tf.int32, name="tokens"),
+            tf.TensorSpec([batch_size], tf.int32, name="token_lengths"),
+            tf.TensorSpec([batch_size, reference_frames, n_mels], tf.float32, name="reference_mel"),
+            tf.TensorSpec([batch_size], tf.int32, name="reference_lengths"),
+            tf.TensorSpec([batch_size], tf.int32, name="min_steps"),
+            tf.TensorSpec([batch_size], tf.int32, name="max_steps")]
+
+
+class CompiledDecoder:
+    """Builds and caches the compiled decoding function of each (batch size, text bucket)."""
+
+    def __init__(self, model: XTTSModel, reference_frames: int, bucket_steps: dict[int, int]) -> None:
+        """``bucket_steps``: text bucket -> decoder steps preallocated in its cache."""
+        self.model = model
+        self.reference_frames = reference_frames
+        self.bucket_steps = dict(bucket_steps)
+        self.functions: dict[tuple[int, int], tf.types.experimental.PolymorphicFunction] = {}
+
+    def function(self, batch_size: int, text_bucket: int):
+        key = (batch_size, text_bucket)
+        if key not in self.functions:
+            if text_bucket not in self.bucket_steps:
+                raise ValueError(f"text bucket {text_bucket} is not one of {sorted(self.bucket_steps)}")
+            steps = self.bucket_steps[text_bucket]
+            signature = decode_signature(batch_size, text_bucket, self.reference_frames, self.model.dims.n_mels)
+            # autograph off: the loop is an explicit tf.while_loop, nothing else needs converting
+            self.functions[key] = tf.function(lambda *args: self._decode(*args, max_bucket_steps=steps),
+                                              input_signature=signature, autograph=False, reduce_retracing=False)
+        return self.functions[key]
+
+    def tracing_count(self) -> int:
+        return sum(f.experimental_get_tracing_count() for f in self.functions.values())
+
+    def __call__(self, tokens, token_lengths, reference_mel, reference_lengths, min_steps, max_steps) -> dict:
+        batch_size, text_bucket = tokens.shape
+        return self.function(int(batch_size), int(text_bucket))(tokens, token_lengths, reference_mel,
+                                                                reference_lengths, min_steps, max_steps)
+
+    # ---- the graph ------------------------------------------------------------------------------
+    def _decode(self, tokens, token_lengths, reference_mel, reference_lengths, min_steps, max_steps, *,
+                max_bucket_steps: int) -> dict[str, tf.Tensor]:
+        model, dims = self.model, self.model.dims
+        batch, text_len = tokens.shape  # static
+        r, n_mels = dims.reduction_factor, dims.n_mels
+        text = model.encode_text(tokens, token_lengths)  # [B, T_text, d]
+        latents = model.encode_reference(reference_mel, reference_lengths)  # [B, K, d]
+        memory, memory_mask = model.build_memory(text, token_lengths, latents)  # [B, M, d], [B, M]
+        memory_kv = model.memory_key_values(memory)  # per layer (keys, values) [B, M, d]: once per utterance
+        cache = model.initial_cache(batch, max_bucket_steps)  # [layers, 2, B, S, d]
+        max_steps = tf.minimum(max_steps, max_bucket_steps)
+
+        frames_array = tf.TensorArray(tf.float32, size=max_bucket_steps, element_shape=[batch, r, n_mels])
+        stop_array = tf.TensorArray(tf.float32, size=max_bucket_steps, element_shape=[batch])
+        attention_array = tf.TensorArray(tf.float32, size=max_bucket_steps, element_shape=[batch, text_len])
+
+        def keep_going(step, prev, cache, finished, lengths, stopped_by_token, frames_array, stop_array,
+                       attention_array):
+            return tf.logical_and(step < max_bucket_steps, tf.logical_not(tf.reduce_all(finished)))
+
+        def body(step, prev, cache, finished, lengths, stopped_by_token, frames_array, stop_array, attention_array):
+            frames, stop_logit, cache, attention = model.decoder_step(prev, step, cache, memory_kv, memory_mask)
+            stop_probability = tf.sigmoid(stop_logit)  # [B]
+            produced = step + 1
+            wants_stop = tf.logical_and(stop_probability > STOP_THRESHOLD, produced >= min_steps)
+            ends_now = tf.logical_and(tf.logical_not(finished), tf.logical_or(wants_stop, produced >= max_steps))
+            lengths = tf.where(ends_now, produced, lengths)  # a finished item keeps its length
+            stopped_by_token = tf.logical_or(stopped_by_token, tf.logical_and(ends_now, wants_stop))
+            finished = tf.logical_or(finished, ends_now)
+            return (step + 1, tf.reshape(frames, [batch, r * n_mels]), cache, finished, lengths, stopped_by_token,
+                    frames_array.write(step, frames), stop_array.write(step, stop_probability),
+                    attention_array.write(step, attention[:, :text_len]))
+
+        initial = (tf.constant(0), tf.zeros([batch, r * n_mels], tf.float32), cache, tf.zeros([batch], tf.bool),
+                   tf.zeros([batch], tf.int32), tf.zeros([batch], tf.bool), frames_array, stop_array,
+                   attention_array)
+        steps_run, _, _, _, step_lengths, stopped_by_token, frames_array, stop_array, attention_array = \
+            tf.while_loop(keep_going, body, initial, maximum_iterations=max_bucket_steps)
+
+        # unwritten steps (after an early exit) stack as zeros: every output keeps its static shape
+        frames = tf.transpose(frames_array.stack(), [1, 0, 2, 3])  # [B, S, r, n_mels]
+        mel_before = tf.reshape(frames, [batch, max_bucket_steps * r, n_mels])  # [B, S*r, n_mels]
+        mel_lengths = step_lengths * r  # [B] frames
+        frame_mask = tf.sequence_mask(mel_lengths, max_bucket_steps * r)[..., None]  # [B, S*r, 1]
+        mel_before = tf.where(frame_mask, mel_before, 0.0)
+        mel_after = model.apply_postnet(mel_before, mel_lengths)  # [B, S*r, n_mels]
+        step_mask = tf.sequence_mask(step_lengths, max_bucket_steps)  # [B, S]
+        return {"mel": tf.cast(mel_after, tf.float32), "mel_before": mel_before, "mel_lengths": mel_lengths,
+                "step_lengths": step_lengths,
+                "stop_probabilities": tf.where(step_mask, tf.transpose(stop_array.stack()), 0.0),  # [B, S]
+                "alignments": tf.where(step_mask[..., None], tf.transpose(attention_array.stack(), [1, 0, 2]),
+                                       0.0),  # [B, S, T_text]
+                "stopped_by_token": stopped_by_token, "steps_run": steps_run}

@@ -1,0 +1,116 @@
+"""Restore (config, model, vocabulary) from a training run directory or a checkpoint + config.
+
+Run directory layout written by ``myxtts.train`` (what this module relies on)::
+
+    RUN_DIR/config.yaml       the resolved config (myxtts.config.save_config)
+    RUN_DIR/vocab.json        the Vocabulary (else the one of the config's cache_dir)
+    RUN_DIR/checkpoints/      tf.train.CheckpointManager files (ckpt-N.index / .data-*, `checkpoint`)
+
+The checkpoint holds the model under the key ``model`` (``tf.train.Checkpoint(model=model, ...)``);
+everything else in it (optimizer, step counters) is ignored here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tensorflow as tf
+
+from myxtts.config import Config, load_config
+from myxtts.model import XTTSModel, build_model
+from myxtts.text import Vocabulary
+
+CONFIG_FILE = "config.yaml"
+VOCAB_FILE = "vocab.json"
+CHECKPOINT_DIR = "checkpoints"
+
+
+class RunError(ValueError):
+    """A run directory, checkpoint or vocabulary that cannot be used."""
+
+
+def latest_checkpoint(run_dir: str | Path) -> str:
+    """Prefix of the newest checkpoint of a run (``RUN_DIR/checkpoints`` or the run directory itself)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunError(f"Run directory not found: {run_dir}")
+    for folder in (run_dir / CHECKPOINT_DIR, run_dir):
+        if folder.is_dir():
+            prefix = tf.train.latest_checkpoint(str(folder))
+            if prefix:
+                return prefix
+    raise RunError(f"No checkpoint in {run_dir / CHECKPOINT_DIR} (nor {run_dir}); train first "
+                   "(`myxtts train --config ... --run-dir ...`) or pass --checkpoint.")
+
+
+def find_vocabulary(cfg: Config, *folders: Path) -> Vocabulary:
+    """The vocabulary saved with the run (or the config's cache); else the one the text config implies."""
+    for path in [folder / VOCAB_FILE for folder in folders] + [cfg.cache_dir / VOCAB_FILE]:
+        if path.is_file():
+            try:
+                return Vocabulary.load(path, cfg.text)
+            except (ValueError, OSError) as err:
+                raise RunError(f"Cannot load the vocabulary {path}: {err}") from None
+    # the symbol set is fixed in code per text config, so this is the same table prepare saved
+    return Vocabulary.for_config(cfg.text)
+
+
+def restore_model(cfg: Config, vocabulary: Vocabulary, checkpoint: str | Path) -> XTTSModel:
+    """Build the model for ``cfg`` and load the weights of ``checkpoint`` (a prefix or a folder)."""
+    checkpoint = str(checkpoint)
+    if Path(checkpoint).is_dir():
+        prefix = tf.train.latest_checkpoint(checkpoint)
+        if not prefix:
+            raise RunError(f"No checkpoint in folder {checkpoint}.")
+        checkpoint = prefix
+    if not Path(checkpoint + ".index").is_file():
+        raise RunError(f"Checkpoint not found: {checkpoint} (expected {checkpoint}.index); pass a prefix like "
+                       "RUN_DIR/checkpoints/ckpt-3 or the folder holding it.")
+    model = build_model(cfg, len(vocabulary))
+    status = tf.train.Checkpoint(model=model).restore(checkpoint).expect_partial()
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as err:
+        raise RunError(f"Checkpoint {checkpoint} does not match the model of this config (model.* keys or "
+                       f"vocabulary size differ?): {str(err)[:300]}") from None
+    return model
+
+
+def load_model_from_checkpoint(checkpoint: str | Path, config: str | Path,
+                               vocabulary: str | Path | None = None) -> tuple[Config, XTTSModel, Vocabulary]:
+    cfg = load_config(config)
+    checkpoint_path = Path(checkpoint)
+    folders = [checkpoint_path if checkpoint_path.is_dir() else checkpoint_path.parent]
+    folders.append(folders[0].parent)
+    vocab = Vocabulary.load(vocabulary, cfg.text) if vocabulary else find_vocabulary(cfg, *folders)
+    return cfg, restore_model(cfg, vocab, checkpoint), vocab
+
+
+def load_model_from_run(run_dir: str | Path, config: str | Path | None = None
+                        ) -> tuple[Config, XTTSModel, Vocabulary]:
+    """(config, model with the newest checkpoint's weights, vocabulary) of a training run."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunError(f"Run directory not found: {run_dir}")
+    config_path = Path(config) if config else run_dir / CONFIG_FILE
+    if not config_path.is_file():
+        raise RunError(f"No config in the run directory: {config_path} is missing; pass --config.")
+    cfg = load_config(config_path)
+    vocab = find_vocabulary(cfg, run_dir)
+    return cfg, restore_model(cfg, vocab, latest_checkpoint(run_dir)), vocab
+
+
+def save_run(run_dir: str | Path, cfg: Config, model: XTTSModel, vocabulary: Vocabulary) -> str:
+    """Write a run directory in the trainer's layout (config, vocabulary, one checkpoint); returns its prefix.
+
+    Used by tests and benchmarks to synthesize from a freshly built model without training.
+    """
+    from myxtts.config import save_config
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / CONFIG_FILE)
+    vocabulary.save(run_dir / VOCAB_FILE)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(run_dir / CHECKPOINT_DIR),
+                                         max_to_keep=1)
+    return manager.save(checkpoint_number=0)

@@ -1,0 +1,231 @@
+"""Synthesizer: text + a reference voice clip -> waveform, through the compiled decoder and a vocoder."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from myxtts.audio import MelFrontend, load_audio
+from myxtts.config import Config
+from myxtts.model import XTTSModel
+from myxtts.synthesis.decoding import CompiledDecoder
+from myxtts.synthesis.lengths import LengthPolicy
+from myxtts.synthesis.loading import load_model_from_checkpoint, load_model_from_run
+from myxtts.text import PAD_ID, TextProcessor, Vocabulary
+from myxtts.vocoder import GriffinLim, Vocoder
+
+Reference = "str | os.PathLike | np.ndarray"
+
+
+@dataclass
+class SynthesisResult:
+    """One synthesized utterance, kept for inspection."""
+
+    text: str
+    tokens: np.ndarray  # [tokens] int32 (bos + ids + eos)
+    mel: np.ndarray  # [frames, n_mels] log mel after the postnet (true length)
+    alignment: np.ndarray  # [steps, tokens] cross-attention of the alignment layer over the text
+    stop_probabilities: np.ndarray  # [steps]
+    stopped_by_token: bool  # False: the maximum length ended it
+    min_frames: int
+    max_frames: int
+    waveform: np.ndarray | None = None  # [samples] float32
+    decode_seconds: float = 0.0  # share of the batch's compiled decoding time
+    vocoder_seconds: float = 0.0
+    text_bucket: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def frames(self) -> int:
+        return int(self.mel.shape[0])
+
+
+class Synthesizer:
+    """``Synthesizer.from_run(run_dir).synthesize(text, reference) -> waveform`` (float32, cfg sample rate).
+
+    The decoder is compiled once per (batch size, text bucket) and reused; ``tracing_count()`` reports
+    how many graphs were traced so far. ``last_results`` keeps the mel / alignment of the last call.
+    """
+
+    def __init__(self, cfg: Config, model: XTTSModel, vocabulary: Vocabulary, vocoder: Vocoder | None = None,
+                 length_policy: LengthPolicy | None = None, batch_size: int = 1) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        self.cfg, self.model, self.vocabulary = cfg, model, vocabulary
+        self.text_processor = TextProcessor(cfg.text, vocabulary)
+        self.frontend = MelFrontend(cfg.audio)
+        self.vocoder = vocoder if vocoder is not None else GriffinLim(cfg.audio)
+        self.lengths = length_policy if length_policy is not None else LengthPolicy.from_config(cfg)
+        self.batch_size = batch_size
+        self.sample_rate = cfg.audio.sample_rate
+        buckets = {bucket: self.lengths.bucket_max_steps(bucket) for bucket in self.lengths.text_buckets()}
+        self.decoder = CompiledDecoder(model, cfg.data.reference_frames, buckets)
+        self.last_results: list[SynthesisResult] = []
+        self.checkpoint: str | None = None
+
+    # ---- construction ---------------------------------------------------------------------------
+    @classmethod
+    def from_run(cls, run_dir: str | os.PathLike, config: str | os.PathLike | None = None,
+                 **kwargs) -> "Synthesizer":
+        from myxtts.synthesis.loading import latest_checkpoint
+
+        cfg, model, vocabulary = load_model_from_run(run_dir, config)
+        synthesizer = cls(cfg, model, vocabulary, **kwargs)
+        synthesizer.checkpoint = latest_checkpoint(run_dir)
+        return synthesizer
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: str | os.PathLike, config: str | os.PathLike, **kwargs) -> "Synthesizer":
+        cfg, model, vocabulary = load_model_from_checkpoint(checkpoint, config)
+        synthesizer = cls(cfg, model, vocabulary, **kwargs)
+        synthesizer.checkpoint = str(checkpoint)
+        return synthesizer
+
+    # ---- inputs ---------------------------------------------------------------------------------
+    def reference_mel(self, reference: "str | os.PathLike | np.ndarray") -> tuple[np.ndarray, int]:
+        """A reference clip (path in any format, or a waveform at the configured rate) -> the
+        conditioning mel ``[data.reference_frames, n_mels]`` (centre crop or zero padding) and its true length."""
+        if isinstance(reference, (str, os.PathLike)):
+            waveform = load_audio(reference, self.sample_rate)  # raises AudioError naming the file
+        else:
+            waveform = np.asarray(reference, dtype=np.float32)
+            if waveform.ndim != 1 or waveform.size == 0 or not np.all(np.isfinite(waveform)):
+                raise ValueError("A reference waveform must be a non-empty finite 1-D float array at "
+                                 f"audio.sample_rate ({self.sample_rate} Hz).")
+        mel = self.frontend(waveform).numpy()  # [frames, n_mels]
+        frames = self.cfg.data.reference_frames
+        if mel.shape[0] >= frames:
+            start = (mel.shape[0] - frames) // 2  # the middle: away from leading / trailing silence
+            return mel[start:start + frames].astype(np.float32), frames
+        padded = np.zeros([frames, mel.shape[1]], np.float32)
+        padded[: mel.shape[0]] = mel
+        return padded, int(mel.shape[0])
+
+    def encode(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Texts -> token arrays (raises TextError for empty text / no known characters, TextTooLongError)."""
+        encoded = [np.asarray(ids, np.int32) for ids in self.text_processor.encode_many(list(texts))]
+        for ids in encoded:
+            self.lengths.text_bucket(len(ids))  # fail before any decoding
+        return encoded
+
+    # ---- decoding -------------------------------------------------------------------------------
+    def decode_tokens(self, token_lists: Sequence[np.ndarray], reference_mels: Sequence[np.ndarray],
+                      reference_lengths: Sequence[int], batch_size: int | None = None,
+                      texts: Sequence[str] | None = None) -> list[SynthesisResult]:
+        """Free-running decoding of many token sequences (each with its own reference mel); no vocoder.
+
+        Items are sorted by length and grouped into batches of ``batch_size`` (the last one padded
+        with a 1-step dummy), so each batch uses the smallest text bucket that holds it.
+        """
+        batch_size = batch_size or self.batch_size
+        order = sorted(range(len(token_lists)), key=lambda i: len(token_lists[i]))
+        results: list[SynthesisResult | None] = [None] * len(token_lists)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            outputs, seconds = self._decode_batch([token_lists[i] for i in chunk],
+                                                  [reference_mels[i] for i in chunk],
+                                                  [reference_lengths[i] for i in chunk], batch_size)
+            for slot, index in enumerate(chunk):
+                tokens = token_lists[index]
+                steps = int(outputs["step_lengths"][slot])
+                frames = int(outputs["mel_lengths"][slot])
+                results[index] = SynthesisResult(
+                    text=texts[index] if texts is not None else "", tokens=tokens,
+                    mel=outputs["mel"][slot, :frames], alignment=outputs["alignments"][slot, :steps, :len(tokens)],
+                    stop_probabilities=outputs["stop_probabilities"][slot, :steps],
+                    stopped_by_token=bool(outputs["stopped_by_token"][slot]),
+                    min_frames=self.lengths.min_steps(len(tokens)) * self.lengths.reduction_factor,
+                    max_frames=self.lengths.max_steps(len(tokens)) * self.lengths.reduction_factor,
+                    decode_seconds=seconds / len(chunk), text_bucket=int(outputs["text_bucket"]))
+        return results  # type: ignore[return-value]
+
+    def _decode_batch(self, token_lists, reference_mels, reference_lengths, batch_size: int):
+        count = len(token_lists)
+        bucket = self.lengths.text_bucket(max(len(t) for t in token_lists))
+        tokens = np.full([batch_size, bucket], PAD_ID, np.int32)
+        token_lengths = np.zeros([batch_size], np.int32)
+        min_steps = np.ones([batch_size], np.int32)
+        max_steps = np.ones([batch_size], np.int32)  # padding slots: one step, then they are done
+        references = np.zeros([batch_size, *reference_mels[0].shape], np.float32)
+        ref_lengths = np.ones([batch_size], np.int32)
+        for slot in range(batch_size):
+            source = slot if slot < count else 0  # padding slots repeat the first item
+            ids = token_lists[source]
+            tokens[slot, : len(ids)] = ids
+            token_lengths[slot] = len(ids)
+            references[slot] = reference_mels[source]
+            ref_lengths[slot] = reference_lengths[source]
+            if slot < count:
+                min_steps[slot] = self.lengths.min_steps(len(ids))
+                max_steps[slot] = self.lengths.max_steps(len(ids))
+        started = time.perf_counter()
+        outputs = self.decoder(tf.constant(tokens), tf.constant(token_lengths), tf.constant(references),
+                               tf.constant(ref_lengths), tf.constant(min_steps), tf.constant(max_steps))
+        outputs = {key: value.numpy() for key, value in outputs.items()}
+        outputs["text_bucket"] = bucket
+        return outputs, time.perf_counter() - started
+
+    def warm_up(self, num_tokens: int, batch_size: int | None = None) -> None:
+        """Compile and run once (one step) the decoder of the bucket holding ``num_tokens``, so timings
+        that follow measure decoding, not tracing / graph optimisation."""
+        batch_size = batch_size or self.batch_size
+        bucket = self.lengths.text_bucket(num_tokens)
+        frames = self.cfg.data.reference_frames
+        ones = tf.ones([batch_size], tf.int32)
+        self.decoder(tf.ones([batch_size, bucket], tf.int32), ones,
+                     tf.zeros([batch_size, frames, self.cfg.audio.n_mels]), ones, ones, ones)
+
+    def vocode(self, result: SynthesisResult) -> np.ndarray:
+        started = time.perf_counter()
+        waveform = np.asarray(self.vocoder(result.mel), dtype=np.float32)  # [samples]
+        result.vocoder_seconds = time.perf_counter() - started
+        result.waveform = waveform
+        return waveform
+
+    # ---- public API -----------------------------------------------------------------------------
+    def synthesize_detailed(self, texts: Sequence[str], reference: "str | os.PathLike | np.ndarray",
+                            batch_size: int | None = None) -> list[SynthesisResult]:
+        """Texts + one reference -> results with waveform, mel, alignment and stop probabilities."""
+        texts = list(texts)
+        if not texts:
+            raise ValueError("No text to synthesize.")
+        token_lists = self.encode(texts)
+        reference_mel, reference_length = self.reference_mel(reference)
+        results = self.decode_tokens(token_lists, [reference_mel] * len(texts), [reference_length] * len(texts),
+                                     batch_size=batch_size, texts=texts)
+        for result in results:
+            self.vocode(result)
+        self.last_results = results
+        return results
+
+    def synthesize(self, text: str, reference: "str | os.PathLike | np.ndarray") -> np.ndarray:
+        """Waveform ``[samples]`` float32 at audio.sample_rate; ``last_results[0]`` holds mel and alignment."""
+        return self.synthesize_detailed([text], reference, batch_size=1)[0].waveform
+
+    def synthesize_batch(self, texts: Sequence[str], reference: "str | os.PathLike | np.ndarray",
+                         batch_size: int | None = None) -> list[np.ndarray]:
+        return [result.waveform for result in self.synthesize_detailed(texts, reference, batch_size)]
+
+    def tracing_count(self) -> int:
+        """Graphs traced by the compiled decoder so far (one per (batch size, text bucket) used)."""
+        return self.decoder.tracing_count()
+
+    def describe(self) -> dict:
+        return {"checkpoint": self.checkpoint, "sample_rate": self.sample_rate,
+                "reference_frames": self.cfg.data.reference_frames, "lengths": self.lengths.to_dict(),
+                "compiled_shapes": [list(key) for key in self.decoder.functions]}
+
+
+def write_results(results: Sequence[SynthesisResult], out_dir: str | os.PathLike, sample_rate: int) -> list[Path]:
+    """Write ``001.wav``, ``002.wav``, ... (16-bit PCM) for many results."""
+    from myxtts.vocoder import write_wav
+
+    width = max(3, len(str(len(results))))
+    return [write_wav(Path(out_dir) / f"{index + 1:0{width}d}.wav", result.waveform, sample_rate)
+            for index, result in enumerate(results)]
