@@ -101,7 +101,8 @@ class Postnet(keras.layers.Layer):
     """Residual conv stack refining mel_before; padded frames are zeroed after every layer."""
 
     def __init__(self, dims: ModelDims, sites: SiteCounter, **kwargs):
-        super().__init__(**kwargs)
+        # autocast off: the residual adds to the float32 mel_before, which must not be rounded to float16
+        super().__init__(autocast=False, **kwargs)
         self.convs = [keras.layers.Conv1D(dims.postnet_channels, POSTNET_KERNEL, padding="same",
                                           activation="tanh", name=f"conv_{i}")
                       for i in range(dims.postnet_layers - 1)]

@@ -136,12 +136,25 @@ def dummy_batch(dims: ModelDims, batch: int = 1, text_len: int = 5, steps: int =
             "speaker_ids": np.zeros([batch], np.int32)}
 
 
+MIXED_PRECISION_POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+
+
 def build_model(cfg: Config, vocab_size: int) -> XTTSModel:
     """Build the model for this config and create every variable (an eager call on a tiny batch), so no
-    compiled step ever creates variables (which would make it trace twice)."""
+    compiled step ever creates variables (which would make it trace twice).
+
+    ``training.mixed_precision`` picks the Keras dtype policy (variables stay float32, compute in
+    bfloat16/float16); it is set only while the layers are constructed, so the process-wide policy is
+    left as it was.
+    """
     dims = resolve_dims(cfg.model, vocab_size, cfg.audio.n_mels)
-    model = XTTSModel(dims, name="xtts")
-    model({k: tf.constant(v) for k, v in dummy_batch(dims).items()}, training=False)
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(MIXED_PRECISION_POLICIES[cfg.training.mixed_precision])
+    try:
+        model = XTTSModel(dims, name="xtts")
+        model({k: tf.constant(v) for k, v in dummy_batch(dims).items()}, training=False)
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
     return model
 
 

@@ -1,0 +1,42 @@
+"""`myxtts train`: train from a config (resume, overrides); prints and returns the training summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from myxtts.cli.common import clean_errors, config_option, load, override_option
+
+
+def _known_errors() -> tuple[type[BaseException], ...]:
+    from myxtts.data.cache import CacheError
+    from myxtts.train import NonFiniteLossError, WorkdirError
+    from myxtts.training.checkpoint import CheckpointError
+    from myxtts.training.distribute import DistributionError
+    from myxtts.training.monitor import RetraceError
+    return (CacheError, NonFiniteLossError, WorkdirError, CheckpointError, DistributionError, RetraceError)
+
+
+@click.command("train")
+@config_option()
+@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+              help="Run directory (checkpoints, metrics.jsonl, tensorboard/). Default: runs/<config name>.")
+@click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in the workdir.")
+@click.option("--no-progress", is_flag=True, help="No progress bar (for logs).")
+@override_option()
+def train_command(config_path: str, workdir: str | None, resume: bool, no_progress: bool,
+                  overrides: tuple[str, ...]) -> None:
+    """Train the model: compiled per-shape steps, all traced at warm-up; prints a training summary."""
+    cfg = load(config_path, overrides)
+    workdir = workdir or str(Path("runs") / Path(config_path).stem)
+
+    @clean_errors(*_known_errors())
+    def go() -> dict:
+        from myxtts.train import run
+        return run(cfg, workdir, resume=resume, progress=not no_progress, echo=click.echo)
+
+    return go()
+
+
+COMMANDS = [train_command]

@@ -1,0 +1,270 @@
+"""The trainer: ``run(cfg, workdir, resume)`` in named stages: config, data, model, checkpoint, compile, loop.
+
+Promises: every step is a compiled graph with a static input_signature, one per batch shape of the
+pipeline, all traced at warm-up (a trace afterwards is a bug; ``training.strict_retracing`` raises with
+the explainer's explanation); nothing on the hot path but ``next(iterator)`` and the compiled call.
+
+Run directory (what ``myxtts.synthesize`` relies on)::
+
+    WORKDIR/config.yaml  resolved config     WORKDIR/vocab.json   vocabulary of the cache
+    WORKDIR/checkpoints/ model, optimizer, counters, data iterator
+    WORKDIR/metrics.jsonl, WORKDIR/tensorboard/, WORKDIR/retraces.jsonl
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from myxtts.config import Config, save_config
+from myxtts.training.checkpoint import Checkpoints
+from myxtts.training.distribute import check_divisible, is_chief, make_strategy
+from myxtts.training.monitor import MetricsLog, StepTimer, TraceAccounting, format_summary
+from myxtts.training.schedule import make_optimizer
+from myxtts.training.steps import TrainingSteps, shape_key
+
+logger = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training stopped after training.max_nonfinite_steps non-finite steps in a row."""
+
+
+class WorkdirError(ValueError):
+    pass
+
+
+class Trainer:
+    def __init__(self, cfg: Config, workdir: str | Path, resume: bool = False, *, progress: bool = True,
+                 echo: Callable[[str], None] = print,
+                 batch_filter: Callable[[int, dict], dict] | None = None):
+        """``batch_filter(step, batch)`` rewrites each training batch (tests inject faults); keep None."""
+        self.cfg, self.workdir, self.resume = cfg, Path(workdir), resume
+        self.progress, self.echo, self.batch_filter = progress, echo, batch_filter
+
+    def run(self) -> dict[str, Any]:
+        self.stage_config()
+        self.stage_data()
+        self.stage_model()
+        self.stage_checkpoint()
+        self.stage_compile()
+        return self.stage_loop()
+
+    # ---- stages ------------------------------------------------------------------------------------
+    def stage_config(self) -> None:
+        t = self.cfg.training
+        if t.deterministic:
+            tf.config.experimental.enable_op_determinism()
+        keras.utils.set_random_seed(t.seed)
+        tf.config.run_functions_eagerly(t.enable_eager_debug)
+        self.strategy = make_strategy(self.cfg)
+        self.chief = is_chief(self.strategy)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.chief:
+            save_config(self.cfg, self.workdir / "config.yaml")
+
+    def stage_data(self) -> None:
+        from myxtts.data.cache import VOCAB_FILE
+        from myxtts.data.pipeline import InputPipeline
+        from myxtts.text import Vocabulary
+
+        self.train_pipeline = InputPipeline(self.cfg, "train")
+        self.signatures = self.train_pipeline.signatures()
+        check_divisible(self.signatures, self.strategy.num_replicas_in_sync)
+        self.validation_pipeline = InputPipeline(self.cfg, "validation") if self.cfg.data.validation_size else None
+        vocab_path = self.cfg.cache_dir / VOCAB_FILE
+        self.vocabulary = Vocabulary.load(vocab_path)
+        if self.chief:
+            shutil.copyfile(vocab_path, self.workdir / "vocab.json")
+        # the iterator is checkpointed with the model (its position and shuffle state)
+        self.iterator = iter(self.train_pipeline.dataset(repeat=True))
+
+    def stage_model(self) -> None:
+        from myxtts.model import build_model, count_parameters
+
+        with self.strategy.scope():
+            self.model = build_model(self.cfg, len(self.vocabulary.symbols))
+            self.optimizer = make_optimizer(self.cfg)
+            self.steps = TrainingSteps(self.model, self.optimizer, self.cfg, self.strategy)
+        self.parameters = count_parameters(self.model)
+
+    def stage_checkpoint(self) -> None:
+        directory = self.workdir / "checkpoints"
+        if not self.chief:  # other workers save too (collectives) but into a scratch folder
+            directory = self.workdir / f"worker-{self.strategy.cluster_resolver.task_id}-scratch"
+        self.checkpoints = Checkpoints(directory, self.cfg.training.keep_checkpoints, model=self.model,
+                                       optimizer=self.optimizer, iterator=self.iterator,
+                                       **self.steps.checkpoint_objects())
+        self.restored_from = None
+        if self.checkpoints.latest and not self.resume:
+            raise WorkdirError(f"{directory} already holds checkpoints ({self.checkpoints.latest}); pass --resume to "
+                               "continue that run or choose another --workdir.")
+        if self.resume:
+            self.restored_from = self.checkpoints.restore_latest()
+
+    def stage_compile(self) -> None:
+        t = self.cfg.training
+        self.traces = TraceAccounting(t.strict_retracing, self.workdir / "retraces.jsonl" if self.chief else None)
+        self.steps.build(self.signatures, self.traces.watch)
+        self.summary_batch, self.summary_function = None, None
+        if t.summary_every and self.chief and t.distribution == "none":
+            self.summary_batch = self._first_batch()
+            spec = {k: tf.TensorSpec(v.shape, v.dtype) for k, v in self.summary_batch.items()}
+            function = tf.function(lambda batch: self.model(batch, training=False), input_signature=[spec])
+            self.summary_function = self.traces.watch(function, "summary_forward") if t.enable_graph_mode else \
+                function.python_function
+        started = time.perf_counter()
+        self.warmup = self.steps.warm_up()
+        if self.summary_function is not None and t.enable_graph_mode:
+            begin = time.perf_counter()
+            self.summary_function.get_concrete_function()
+            self.warmup["summary_forward"] = time.perf_counter() - begin
+        self.warmup_total = time.perf_counter() - started
+        self.traces.end_warmup()
+        self.echo(f"warm-up: traced {len(self.warmup)} functions in {self.warmup_total:.1f} s "
+                  f"({self.parameters:,} parameters, {len(self.signatures)} batch shapes)")
+
+    def stage_loop(self) -> dict[str, Any]:
+        t = self.cfg.training
+        metrics = MetricsLog(self.workdir, enabled=self.chief)
+        timer = StepTimer()
+        start_step = int(self.steps.micro_step.numpy()) // t.gradient_accumulation_steps
+        step, first_loss, last_loss, frames, loop_started = start_step, None, None, 0.0, time.perf_counter()
+        bar = _progress_bar(t.max_steps, start_step, self.progress and self.chief)
+        stopped = "max_steps"
+        validation_loss = None
+        try:
+            while step < t.max_steps:
+                step_started = time.perf_counter()
+                for _ in range(t.gradient_accumulation_steps):
+                    batch = timer.next_batch(self.iterator)
+                    if self.batch_filter is not None:
+                        batch = self.batch_filter(step, batch)
+                    frames += float(np.sum(batch["mel_lengths"]))
+                    out = self.steps.train(batch)
+                step += 1
+                self.traces.check()
+                if step == start_step + 1 or step % t.log_every == 0 or step == t.max_steps:
+                    record = {k: float(v) for k, v in out.items()}
+                    elapsed = time.perf_counter() - loop_started
+                    record.update(step=step, step_time=time.perf_counter() - step_started,
+                                  input_wait_share=timer.input_wait / max(elapsed, 1e-9),
+                                  mel_frames_per_second=frames / max(elapsed, 1e-9),
+                                  traces_after_warmup=self.traces.retraces_after_warmup())
+                    metrics.write(record)
+                    first_loss = record["total"] if first_loss is None else first_loss
+                    last_loss = record["total"]
+                    bar.set_postfix(loss=f"{last_loss:.3f}", frames_s=f"{record['mel_frames_per_second']:.0f}")
+                # one scalar read per step: the NaN guard must stop promptly
+                nonfinite_in_a_row = int(out["nonfinite_in_a_row"])
+                if nonfinite_in_a_row >= t.max_nonfinite_steps:
+                    raise NonFiniteLossError(
+                        f"Stopped at step {step}: {nonfinite_in_a_row} steps in a row had a non-finite loss or "
+                        f"gradient (training.max_nonfinite_steps = {t.max_nonfinite_steps}); those updates were "
+                        f"skipped. The last good checkpoint is "
+                        f"{self.checkpoints.latest or 'none (no checkpoint saved yet)'}. Lower "
+                        "training.learning_rate, keep training.gradient_clip_norm > 0, or check the data "
+                        "(`myxtts prepare` rejects non-finite audio).")
+                bar.update(1)
+                if self.validation_pipeline is not None and (step % t.validate_every == 0 or step == t.max_steps):
+                    validation_loss = self._validate(step, metrics)
+                if self.summary_function is not None and step % t.summary_every == 0:
+                    self._write_summaries(step, metrics)
+                if step % t.checkpoint_every == 0 or step == t.max_steps:
+                    self.checkpoints.save(step)
+        except NonFiniteLossError:
+            stopped = "nonfinite"
+            raise
+        finally:
+            bar.close()
+            metrics.close()
+            elapsed = time.perf_counter() - loop_started
+            self.summary = self._summary(step, start_step, first_loss, last_loss, frames, elapsed, timer,
+                                         validation_loss, stopped)
+            self.traces.close()
+        self.echo(format_summary(self.summary))
+        return self.summary
+
+    # ---- helpers -----------------------------------------------------------------------------------
+    def _first_batch(self) -> dict:
+        pipeline = self.validation_pipeline or self.train_pipeline
+        batch = next(iter(pipeline.dataset(repeat=False)))
+        return {k: v[:1] for k, v in batch.items()}  # one utterance for the images / audio
+
+    def _validate(self, step: int, metrics: MetricsLog) -> float:
+        totals: dict[str, float] = {}
+        batches = 0
+        for batch in self.validation_pipeline.dataset(repeat=False):
+            for key, value in self.steps.validate(batch).items():
+                totals[key] = totals.get(key, 0.0) + float(value)
+            batches += 1
+        record = {k: v / max(batches, 1) for k, v in totals.items() if k != "real_frames"}
+        metrics.write({"step": step, **record}, split="validation")
+        return record["total"]
+
+    def _write_summaries(self, step: int, metrics: MetricsLog) -> None:
+        outputs = self.summary_function(self.summary_batch)
+        frames = int(self.summary_batch["mel_lengths"][0])
+        steps = -(-frames // self.cfg.model.reduction_factor)
+        tokens = int(self.summary_batch["token_lengths"][0])
+        mel = outputs["mel_after"][0, :frames].numpy()
+        audio = None
+        try:
+            from myxtts.vocoder import GriffinLim
+            if not hasattr(self, "_vocoder"):
+                self._vocoder = GriffinLim(self.cfg.audio)
+            audio = np.asarray(self._vocoder(mel))
+        except ImportError:  # vocoder not available: images only
+            pass
+        metrics.images_and_audio(step, mel, self.summary_batch["mel"][0, :frames].numpy(),
+                                 outputs["alignments"][0, :steps, :tokens].numpy(), audio, self.cfg.audio.sample_rate)
+
+    def _summary(self, step, start_step, first_loss, last_loss, frames, elapsed, timer, validation_loss,
+                 stopped) -> dict[str, Any]:
+        counts = self.traces.counts()
+        traces = {name: {"traces": counts.get(name, 0), "warmup_seconds": self.warmup.get(_warmup_key(name), 0.0)}
+                  for name in counts}
+        done = step - start_step
+        return {
+            "steps": step, "steps_this_run": done, "updates": self.steps.update_step,
+            "nonfinite_total": int(self.steps.nonfinite_total.numpy()), "stopped": stopped,
+            "parameters": self.parameters, "batch_shapes": len(self.signatures),
+            "traces": traces, "warmup_traces": sum(self.traces.warmup_counts.values()),
+            "warmup_seconds": self.warmup_total,
+            "retraces_after_warmup": self.traces.retraces_after_warmup(),
+            "retrace_explanations": self.traces.explanations(),
+            "loss_first": first_loss, "loss_last": last_loss, "validation_loss": validation_loss,
+            "mel_frames_per_second": frames / max(elapsed, 1e-9), "steps_per_second": done / max(elapsed, 1e-9),
+            "input_wait_share": timer.input_wait / max(elapsed, 1e-9), "seconds": elapsed,
+            "resumed_from": self.restored_from, "run_dir": str(self.workdir),
+            "checkpoint": self.checkpoints.latest,
+        }
+
+
+def _warmup_key(name: str) -> str:
+    """Trace-accounting name -> warm-up timing key (steps.warm_up uses the shape description)."""
+    if name.startswith(("train_step[", "validate_step[")):
+        kind, rest = name.split("[", 1)
+        return f"{kind}[{rest.split(': ', 1)[-1]}"
+    return name
+
+
+def _progress_bar(total: int, initial: int, enabled: bool):
+    from tqdm import tqdm
+    return tqdm(total=total, initial=initial, disable=not enabled, unit="step", dynamic_ncols=True)
+
+
+def run(cfg: Config, workdir: str | Path, resume: bool = False, **options: Any) -> dict[str, Any]:
+    """Train; return (and print) the training summary dict. See ``Trainer`` for options."""
+    return Trainer(cfg, workdir, resume, **options).run()
+
+
+__all__ = ["NonFiniteLossError", "Trainer", "WorkdirError", "format_summary", "run", "shape_key"]

@@ -1,0 +1,1 @@
+"""Pieces of the trainer (myxtts.train): schedule, compiled steps, checkpoints, monitoring, distribution."""

@@ -1,0 +1,51 @@
+"""Checkpoints: model, optimizer, step counters and the data iterator in one tf.train.CheckpointManager.
+
+Atomicity: CheckpointManager writes the new checkpoint's files first and only then rewrites the
+small ``checkpoint`` state file that names the latest one, so a crash mid-save leaves the previous
+checkpoint named and loadable. ``restore_latest`` additionally falls back to older checkpoints if
+the newest is unreadable (e.g. half-written by a killed process on a filesystem without atomic rename).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+logger = logging.getLogger(__name__)
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+class Checkpoints:
+    def __init__(self, directory: Path, keep: int, **objects: Any):
+        self.directory = Path(directory)
+        self.checkpoint = tf.train.Checkpoint(**objects)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, str(self.directory), max_to_keep=keep)
+
+    @property
+    def latest(self) -> str | None:
+        return self.manager.latest_checkpoint
+
+    def save(self, step: int) -> str:
+        return self.manager.save(checkpoint_number=step)
+
+    def restore_latest(self) -> str | None:
+        """Restore the newest readable checkpoint (newest first); None when there is none."""
+        candidates = list(reversed(self.manager.checkpoints))
+        if not candidates:
+            return None
+        errors = []
+        for path in candidates:
+            try:
+                self.checkpoint.restore(path).assert_existing_objects_matched()
+                if path != candidates[0]:
+                    logger.warning("Checkpoint %s was unreadable; resumed from the older %s.", candidates[0], path)
+                return path
+            except (tf.errors.OpError, ValueError, AssertionError) as err:
+                errors.append(f"{path}: {type(err).__name__}: {str(err).splitlines()[0]}")
+        raise CheckpointError(f"No readable checkpoint in {self.directory}:\n  " + "\n  ".join(errors))

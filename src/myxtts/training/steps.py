@@ -1,0 +1,227 @@
+"""Compiled train / validate steps: one tf.function per (kind, batch shape), static input_signature.
+
+One training call = one micro-batch. Inside the graph it:
+
+1. runs forward + backward on every replica (each takes its static slice of the global batch,
+   see ``distribute.replica_slice``), unscales float16 gradients (divides by the loss scale the
+   loss was multiplied by: exact, since the scale is a power of two) and all-reduces them;
+2. with ``gradient_accumulation_steps`` N > 1 adds them into non-trainable accumulator variables;
+3. on the N-th micro-step (or every step when N == 1) computes the global gradient norm and applies
+   the clipped gradients inside a ``tf.cond`` only if the loss and the norm are finite; otherwise the
+   update is skipped in the graph and ``nonfinite_in_a_row`` counts it (the Python loop stops after
+   ``training.max_nonfinite_steps``);
+4. float16: updates the Keras ``LossScaleOptimizer``'s dynamic scale (halve on overflow, double
+   after its growth interval of good steps), using its own variables so it checkpoints with it.
+
+The ``tf.cond`` that applies runs in cross-replica context with ``strategy.run`` inside (a branch in
+a replica context may not synchronise replicas). Keras' optimizer all-reduces (SUM) the gradients it
+is given in a replica context; ours are already reduced, so each replica hands it ``grads / replicas``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import keras
+import tensorflow as tf
+
+from myxtts.config import Config
+from myxtts.model import XTTSModel, compute_losses
+from myxtts.training.distribute import replica_slice
+
+ShapeKey = tuple[tuple[int, ...], ...]
+SUM = tf.distribute.ReduceOp.SUM
+
+
+def shape_key(batch_or_spec: dict) -> ShapeKey:
+    """The static shape identity of a batch (or a signature): what the step functions are keyed by."""
+    return tuple(tuple(batch_or_spec[k].shape.as_list()) for k in ("tokens", "mel", "reference_mel"))
+
+
+def describe_key(key: ShapeKey) -> str:
+    (batch, text), (_, frames, _), _ = key[0], key[1], key[2]
+    return f"batch {batch} x text {text} x mel {frames}"
+
+
+class UnknownShapeError(ValueError):
+    pass
+
+
+class TrainingSteps:
+    """Builds, warms up and dispatches the per-shape compiled steps."""
+
+    def __init__(self, model: XTTSModel, optimizer: keras.optimizers.Optimizer, cfg: Config,
+                 strategy: tf.distribute.Strategy):
+        self.model, self.optimizer, self.cfg, self.strategy = model, optimizer, cfg, strategy
+        t = cfg.training
+        self.accumulation = t.gradient_accumulation_steps
+        self.float16 = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+        self.replicas = strategy.num_replicas_in_sync
+        self.variables = model.trainable_variables
+        with strategy.scope():
+            # optimizer slots now, so no compiled step creates variables (that would trace twice)
+            optimizer.build(self.variables)
+            self.micro_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="micro_step")
+            self.nonfinite_in_a_row = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_in_a_row")
+            self.nonfinite_total = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_total")
+            self.accumulators = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False,
+                                             name=f"accumulator_{i}") for i, v in enumerate(self.variables)] \
+                if self.accumulation > 1 else []
+            self.loss_accumulator = tf.Variable(0.0, trainable=False, name="loss_accumulator")
+        self.train_functions: dict[ShapeKey, Callable] = {}
+        self.validate_functions: dict[ShapeKey, Callable] = {}
+        self.warmup_seconds: dict[str, float] = {}
+
+    # ---- state that must be checkpointed ---------------------------------------------------------
+    def checkpoint_objects(self) -> dict[str, Any]:
+        objects = {"micro_step": self.micro_step, "nonfinite_in_a_row": self.nonfinite_in_a_row,
+                   "nonfinite_total": self.nonfinite_total, "loss_accumulator": self.loss_accumulator}
+        objects.update({f"accumulator_{i}": a for i, a in enumerate(self.accumulators)})
+        return objects
+
+    @property
+    def update_step(self) -> int:
+        """Optimizer updates applied so far (the trainer's step)."""
+        return int(self.optimizer.iterations.numpy())
+
+    # ---- graph bodies -----------------------------------------------------------------------------
+    def _dropout_seed(self) -> tf.Tensor:
+        base = tf.constant([self.cfg.training.seed, 0], tf.int64)
+        seed = tf.random.experimental.stateless_fold_in(base, self.micro_step)
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        return tf.random.experimental.stateless_fold_in(seed, tf.cast(replica, tf.int64))
+
+    def _replica_gradients(self, batch: dict) -> dict:
+        local = replica_slice(batch, self.replicas)
+        with tf.GradientTape() as tape:
+            outputs = self.model(local, training=True, seed=self._dropout_seed())
+            losses = compute_losses(local, outputs, self.cfg)
+            loss = losses["total"] / float(self.replicas * self.accumulation)
+            scaled = self.optimizer.scale_loss(loss) if self.float16 else loss
+        grads = tape.gradient(scaled, self.variables)
+        grads = [tf.convert_to_tensor(g, dtype_hint=tf.float32) for g in grads]  # IndexedSlices -> dense
+        if self.float16:
+            scale = tf.cast(self.optimizer.dynamic_scale, tf.float32)
+            grads = [tf.cast(g, tf.float32) / scale for g in grads]
+        if self.replicas > 1:
+            grads = tf.distribute.get_replica_context().all_reduce(SUM, grads)
+        report = {k: v / float(self.replicas) for k, v in losses.items()}
+        report["real_frames"] = tf.cast(tf.reduce_sum(local["mel_lengths"]), tf.float32)
+        return {"losses": report, "grads": grads}
+
+    def _replica_apply(self, grads: list[tf.Tensor]) -> None:
+        if self.replicas > 1:
+            grads = [g / float(self.replicas) for g in grads]  # Keras sums them across replicas again
+        optimizer = self.optimizer.inner_optimizer if self.float16 else self.optimizer
+        optimizer.apply(grads, self.variables)
+
+    def _update_loss_scale(self, boundary: tf.Tensor, applied: tf.Tensor) -> None:
+        """Keras LossScaleOptimizer policy on its own variables: /2 on overflow, x2 after growth steps."""
+        scale, counter = self.optimizer.dynamic_scale, self.optimizer.step_counter
+        overflow = tf.logical_and(boundary, tf.logical_not(applied))
+        grow = tf.logical_and(applied, tf.equal(counter, self.optimizer.dynamic_growth_steps - 1))
+        scale.assign(tf.where(overflow, scale * 0.5, tf.where(grow, scale * 2.0, scale)))
+        counter.assign(tf.where(boundary, tf.where(applied & ~grow, counter + 1, tf.zeros_like(counter)), counter))
+
+    def _train_graph(self, batch: dict) -> dict:
+        per_replica = self.strategy.run(self._replica_gradients, args=(batch,))
+        losses = {k: self.strategy.reduce(SUM, v, axis=None) for k, v in per_replica["losses"].items()}
+        # identical on every replica after the all-reduce: take the first
+        grads = [self.strategy.experimental_local_results(g)[0] for g in per_replica["grads"]]
+        if self.accumulation > 1:
+            for accumulator, grad in zip(self.accumulators, grads):
+                accumulator.assign_add(grad)
+            self.loss_accumulator.assign_add(losses["total"])
+            grads = [accumulator.read_value() for accumulator in self.accumulators]
+            boundary = tf.equal((self.micro_step + 1) % self.accumulation, 0)
+            loss_finite = tf.math.is_finite(self.loss_accumulator.read_value())
+        else:
+            boundary = tf.constant(True)
+            loss_finite = tf.math.is_finite(losses["total"])
+        grad_norm = tf.linalg.global_norm(grads)  # inf/nan iff some gradient is
+        finite = tf.logical_and(loss_finite, tf.math.is_finite(grad_norm))
+        apply_now = tf.logical_and(boundary, finite)
+        clip = self.cfg.training.gradient_clip_norm
+        if clip > 0:
+            grads, _ = tf.clip_by_global_norm(grads, clip, use_norm=grad_norm)
+
+        def apply() -> tf.Tensor:
+            self.strategy.run(self._replica_apply, args=(grads,))
+            return tf.constant(True)
+
+        applied = tf.cond(apply_now, apply, lambda: tf.constant(False))
+        skipped = tf.logical_and(boundary, tf.logical_not(finite))
+        self.nonfinite_in_a_row.assign(tf.where(skipped, self.nonfinite_in_a_row + 1,
+                                                tf.where(boundary, tf.zeros_like(self.nonfinite_in_a_row),
+                                                         self.nonfinite_in_a_row)))
+        self.nonfinite_total.assign_add(tf.cast(skipped, tf.int64))
+        if self.float16:
+            self._update_loss_scale(boundary, applied)
+        if self.accumulation > 1:
+            def reset() -> tf.Tensor:
+                for accumulator in self.accumulators:
+                    accumulator.assign(tf.zeros_like(accumulator))
+                self.loss_accumulator.assign(0.0)
+                return tf.constant(True)
+            tf.cond(boundary, reset, lambda: tf.constant(False))
+        self.micro_step.assign_add(1)
+        learning_rate = self.optimizer.learning_rate
+        return {**losses, "grad_norm": grad_norm, "applied": applied, "boundary": boundary,
+                "nonfinite_in_a_row": self.nonfinite_in_a_row.read_value(),
+                "learning_rate": tf.cast(learning_rate, tf.float32)}
+
+    def _replica_validate(self, batch: dict) -> dict:
+        local = replica_slice(batch, self.replicas)
+        outputs = self.model(local, training=False)  # teacher-forced on the true decoder inputs
+        losses = {k: v / float(self.replicas) for k, v in compute_losses(local, outputs, self.cfg).items()}
+        losses["real_frames"] = tf.cast(tf.reduce_sum(local["mel_lengths"]), tf.float32)
+        return losses
+
+    def _validate_graph(self, batch: dict) -> dict:
+        per_replica = self.strategy.run(self._replica_validate, args=(batch,))
+        return {k: self.strategy.reduce(SUM, v, axis=None) for k, v in per_replica.items()}
+
+    # ---- compile / warm up / dispatch -------------------------------------------------------------
+    def build(self, signatures: list[dict], wrap: Callable[[Any, str], Callable]) -> None:
+        """One tf.function per (kind, signature); ``wrap(fn, name)`` lets the monitor watch each."""
+        t = self.cfg.training
+        for index, spec in enumerate(signatures):
+            key = shape_key(spec)
+            if key in self.train_functions:
+                continue
+            label = f"bucket {index}: {describe_key(key)}"
+            if not t.enable_graph_mode:  # eager, for debugging only: nothing is compiled or traced
+                self.train_functions[key] = self._train_graph
+                self.validate_functions[key] = self._validate_graph
+                continue
+            options = dict(input_signature=[spec], jit_compile=t.enable_xla_compilation, reduce_retracing=False)
+            self.train_functions[key] = wrap(tf.function(self._train_graph, **options), f"train_step[{label}]")
+            self.validate_functions[key] = wrap(tf.function(self._validate_graph, **options),
+                                                f"validate_step[{label}]")
+
+    def warm_up(self) -> dict[str, float]:
+        """Trace every compiled function now (no weight changes: tracing runs nothing); seconds per trace."""
+        if not self.cfg.training.enable_graph_mode:
+            return {}
+        for kind, functions in (("train", self.train_functions), ("validate", self.validate_functions)):
+            for key, function in functions.items():
+                started = time.perf_counter()
+                function.get_concrete_function()
+                self.warmup_seconds[f"{kind}_step[{describe_key(key)}]"] = time.perf_counter() - started
+        return dict(self.warmup_seconds)
+
+    def _lookup(self, functions: dict, batch: dict) -> Callable:
+        key = shape_key(batch)
+        function = functions.get(key)
+        if function is None:
+            raise UnknownShapeError(f"Batch shape {describe_key(key)} is not one of the pipeline's signatures "
+                                    f"({', '.join(describe_key(k) for k in functions)}); compiling it now would "
+                                    "retrace. The input pipeline must only emit its signatures() shapes.")
+        return function
+
+    def train(self, batch: dict) -> dict:
+        return self._lookup(self.train_functions, batch)(batch)
+
+    def validate(self, batch: dict) -> dict:
+        return self._lookup(self.validate_functions, batch)(batch)
