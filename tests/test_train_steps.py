@@ -1,0 +1,110 @@
+"""Compiled steps on synthetic contract batches: accumulation == one big batch, mixed precision updates
+match float32 (no stray loss-scale factor), the NaN guard skips the update inside the graph."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from myxtts.config import config_from_dict
+from myxtts.model import build_model
+from myxtts.training.steps import TrainingSteps, UnknownShapeError
+from train_helpers import batch_spec, synthetic_batch
+
+VOCAB = 40
+TINY_TINY = {"preset": "tiny", "d_model": 32, "num_heads": 2, "ff_dim": 32, "text_layers": 1, "decoder_layers": 1,
+             "conditioning_layers": 1, "prenet_dim": 32, "postnet_channels": 32, "postnet_layers": 2, "dropout": 0.0}
+
+
+def _setup(optimizer, reference_model=None, **training):
+    cfg = config_from_dict({"model": TINY_TINY, "training": training})
+    model = build_model(cfg, VOCAB)
+    if reference_model is not None:
+        model.set_weights(reference_model.get_weights())
+    steps = TrainingSteps(model, optimizer, cfg, tf.distribute.get_strategy())
+    return cfg, model, steps
+
+
+def _weights(model):
+    return [np.array(v.numpy(), np.float64) for v in model.trainable_variables]
+
+
+def _delta(before, model):
+    return np.concatenate([(after - b).ravel() for b, after in zip(before, _weights(model))])
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    big = synthetic_batch(4, 10, 24, 16, vocab_size=VOCAB, seed=11, full_lengths=True)
+    halves = [{k: v[i * 2:(i + 1) * 2] for k, v in big.items()} for i in range(2)]
+    _, model_a, steps_a = _setup(keras.optimizers.SGD(0.05), gradient_accumulation_steps=2)
+    _, model_b, steps_b = _setup(keras.optimizers.SGD(0.05), reference_model=model_a)
+    steps_a.build([batch_spec(2, 10, 24, 16)], lambda f, name: f)
+    steps_b.build([batch_spec(4, 10, 24, 16)], lambda f, name: f)
+    start = _weights(model_a)
+    first = steps_a.train(halves[0])
+    assert not bool(first["applied"]) and np.allclose(_weights(model_a)[0], start[0])  # nothing applied yet
+    second = steps_a.train(halves[1])
+    assert bool(second["applied"]) and steps_a.update_step == 1
+    steps_b.train(big)
+    accumulated, single = _delta(start, model_a), _delta(start, model_b)
+    assert np.linalg.norm(single) > 0
+    np.testing.assert_allclose(accumulated, single, atol=1e-6 + 1e-4 * np.abs(single).max())
+    # accumulators are zero again after the update
+    assert all(float(tf.reduce_max(tf.abs(a))) == 0.0 for a in steps_a.accumulators)
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+def test_mixed_precision_update_matches_float32(precision):
+    batch = synthetic_batch(3, 10, 24, 16, vocab_size=VOCAB, seed=12)
+    _, model_32, steps_32 = _setup(keras.optimizers.SGD(0.05), gradient_clip_norm=0.0)
+    optimizer = keras.optimizers.SGD(0.05)
+    if precision == "float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    _, model_mp, steps_mp = _setup(optimizer, reference_model=model_32, mixed_precision=precision,
+                                   gradient_clip_norm=0.0)
+    assert model_mp.compute_dtype == precision and model_mp.trainable_variables[0].dtype == "float32"
+    for steps in (steps_32, steps_mp):
+        steps.build([batch_spec(3, 10, 24, 16)], lambda f, name: f)
+    start = _weights(model_32)
+    out_32, out_mp = steps_32.train(batch), steps_mp.train(batch)
+    assert bool(out_mp["applied"])
+    d32, dmp = _delta(start, model_32), _delta(start, model_mp)
+    cosine = float(d32 @ dmp / (np.linalg.norm(d32) * np.linalg.norm(dmp)))
+    ratio = float(np.linalg.norm(dmp) / np.linalg.norm(d32))
+    assert cosine > 0.97, cosine
+    assert 0.9 < ratio < 1.1, ratio  # a stray loss scale (e.g. / 32768) would be far off
+    assert float(out_mp["total"]) == pytest.approx(float(out_32["total"]), rel=0.02)
+
+
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_nan_guard_skips_update_in_graph(accumulation):
+    _, model, steps = _setup(keras.optimizers.Adam(1e-3), gradient_accumulation_steps=accumulation)
+    steps.build([batch_spec(2, 10, 24, 16)], lambda f, name: f)
+    clean = synthetic_batch(2, 10, 24, 16, vocab_size=VOCAB, seed=13)
+    poisoned = dict(clean)
+    mel = clean["mel"].numpy()
+    mel[0, 3, 5] = np.nan  # inside the real frames
+    poisoned["mel"] = tf.constant(mel)
+    before = _weights(model)
+    for _ in range(accumulation):
+        out = steps.train(poisoned if _ == 0 else clean)  # one poisoned micro-batch poisons the update
+    assert not bool(out["applied"]) and int(out["nonfinite_in_a_row"]) == 1
+    assert all(np.array_equal(a, b) for a, b in zip(before, _weights(model)))
+    assert steps.update_step == 0 and int(steps.nonfinite_total.numpy()) == 1
+    for _ in range(accumulation):
+        out = steps.train(clean)
+    assert bool(out["applied"]) and int(out["nonfinite_in_a_row"]) == 0 and steps.update_step == 1
+    assert all(np.isfinite(w).all() for w in _weights(model))
+
+
+def test_unknown_shape_is_refused_not_traced():
+    _, _, steps = _setup(keras.optimizers.Adam(1e-3))
+    traced = []
+    steps.build([batch_spec(2, 10, 24, 16)], lambda f, name: traced.append(f) or f)
+    steps.warm_up()
+    counts = [f.experimental_get_tracing_count() for f in traced]
+    with pytest.raises(UnknownShapeError, match="not one of the pipeline's signatures"):
+        steps.train(synthetic_batch(2, 11, 24, 16, vocab_size=VOCAB))
+    assert [f.experimental_get_tracing_count() for f in traced] == counts
