@@ -46,6 +46,6 @@ class Checkpoints:
                 if path != candidates[0]:
                     logger.warning("Checkpoint %s was unreadable; resumed from the older %s.", candidates[0], path)
                 return path
-            except (tf.errors.OpError, ValueError, AssertionError) as err:
+            except (tf.errors.OpError, ValueError, AssertionError, IndexError) as err:  # IndexError: truncated data
                 errors.append(f"{path}: {type(err).__name__}: {str(err).splitlines()[0]}")
         raise CheckpointError(f"No readable checkpoint in {self.directory}:\n  " + "\n  ".join(errors))
