@@ -1,0 +1,173 @@
+"""Synthesis from a run directory (a freshly built, untrained tiny model saved in the trainer's layout)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+from click.testing import CliRunner
+
+from conftest import BUNDLED_CORPUS, bundled_wavs
+
+TEXTS = [line.split("|")[2] for line in (BUNDLED_CORPUS / "metadata.csv").read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    from myxtts.config import config_from_dict
+    from myxtts.model import build_model
+    from myxtts.synthesize import save_run
+    from myxtts.text import Vocabulary
+
+    root = tmp_path_factory.mktemp("synth")
+    cfg = config_from_dict({"data": {"corpus_path": str(BUNDLED_CORPUS), "cache_dir": str(root / "no-cache"),
+                                     "max_text_length": 192, "reference_frames": 96},
+                            "audio": {"griffin_lim_iters": 4}, "model": {"preset": "tiny"}}, base_dir=root)
+    vocabulary = Vocabulary.for_config(cfg.text)
+    save_run(root / "run", cfg, build_model(cfg, len(vocabulary)), vocabulary)
+    return root / "run"
+
+
+@pytest.fixture(scope="module")
+def synthesizer(tiny_run):
+    from myxtts.synthesize import Synthesizer
+
+    return Synthesizer.from_run(tiny_run)
+
+
+def _frames(samples: int, hop: int) -> int:
+    return samples // hop + 1  # GriffinLim returns (frames - 1) * hop samples
+
+
+def test_cli_writes_playable_16bit_wav(tiny_run, tmp_path):
+    from myxtts.cli import main
+
+    out = tmp_path / "out.wav"
+    result = CliRunner().invoke(main, ["synthesize", "--run", str(tiny_run), "--text", TEXTS[0],
+                                       "--reference", str(bundled_wavs(1)[0]), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    info = soundfile.info(str(out))
+    assert info.subtype == "PCM_16" and info.samplerate == 22050 and info.channels == 1
+    wave, _ = soundfile.read(str(out), dtype="float32")
+    assert np.all(np.isfinite(wave))
+    assert np.sqrt(np.mean(wave ** 2)) > 1e-3  # not silent
+    from myxtts.synthesize import Synthesizer
+
+    policy = Synthesizer.from_run(tiny_run).lengths
+    tokens = len(TEXTS[0]) + 2  # the english cleaner keeps this transcript's characters
+    frames = _frames(len(wave), 256)
+    assert policy.min_steps(tokens) * 2 - 2 <= frames <= policy.max_steps(tokens) * 2 + 2
+    assert "compiled decoder graphs: 1" in result.output
+
+
+def test_cli_checkpoint_and_text_file(tiny_run, tmp_path):
+    from myxtts.cli import main
+
+    text_file = tmp_path / "texts.txt"
+    text_file.write_text(f"{TEXTS[1]}\n\nShort one.\n{TEXTS[2]}\n", encoding="utf-8")
+    result = CliRunner().invoke(main, ["synthesize", "--checkpoint", str(tiny_run / "checkpoints"), "--config",
+                                       str(tiny_run / "config.yaml"), "--text-file", str(text_file), "--reference",
+                                       str(bundled_wavs(2)[1]), "--out-dir", str(tmp_path / "many"),
+                                       "--batch-size", "2"])
+    assert result.exit_code == 0, result.output
+    written = sorted((tmp_path / "many").glob("*.wav"))
+    assert [p.name for p in written] == ["001.wav", "002.wav", "003.wav"]
+    lengths = [soundfile.info(str(p)).frames for p in written]
+    assert lengths[1] < lengths[0] and lengths[1] < lengths[2]  # "Short one." is far shorter
+
+
+def test_python_api_keeps_mel_and_alignment(synthesizer):
+    wave = synthesizer.synthesize("The quick brown fox jumps over the lazy dog.", bundled_wavs(1)[0])
+    result = synthesizer.last_results[0]
+    assert wave.dtype == np.float32 and wave.ndim == 1 and np.all(np.isfinite(wave))
+    assert result.mel.shape == (result.frames, 80)
+    steps = result.frames // 2
+    assert result.alignment.shape == (steps, len(result.tokens))
+    mass = result.alignment.sum(axis=1)  # softmax over text + speaker latents: the text part is <= 1
+    assert np.all(mass > 0.0) and np.all(mass <= 1.0 + 1e-4)
+    assert result.stop_probabilities.shape == (steps,)
+    assert result.min_frames <= result.frames <= result.max_frames
+    assert _frames(len(wave), 256) == result.frames
+
+
+def test_batch_items_stop_independently(synthesizer):
+    texts = ["Hi there.", TEXTS[3], "A mid length sentence for the test."]
+    results = synthesizer.synthesize_detailed(texts, bundled_wavs(1)[0], batch_size=3)
+    frames = [r.frames for r in results]
+    assert len(set(frames)) == 3, frames
+    for result in results:
+        assert result.min_frames <= result.frames <= result.max_frames
+        assert len(result.waveform) == (result.frames - 1) * 256
+    # a finished item keeps its length: the batch ran as long as its longest item
+    assert max(frames) == results[1].frames
+
+
+def test_reference_in_another_format_and_rate(synthesizer, tmp_path):
+    wave, rate = soundfile.read(str(bundled_wavs(3)[2]), dtype="float32")
+    import soxr
+
+    flac = tmp_path / "reference.flac"
+    soundfile.write(str(flac), soxr.resample(wave, rate, 16000), 16000, format="FLAC")
+    mel_flac, length_flac = synthesizer.reference_mel(flac)
+    mel_wav, length_wav = synthesizer.reference_mel(bundled_wavs(3)[2])
+    assert mel_flac.shape == mel_wav.shape == (96, 80) and length_flac == length_wav == 96
+    assert np.all(np.isfinite(synthesizer.synthesize("Hello.", flac)))
+
+
+def test_no_retrace_over_twenty_texts(synthesizer):
+    from myxtts.diagnostics import RetraceMonitor
+
+    texts = [" ".join(TEXTS[i].split()[: 2 + i]) for i in range(20)]  # 2..21 words: two text buckets
+    token_counts = [len(t) for t in synthesizer.encode(texts)]
+    assert len(set(token_counts)) >= 15
+    buckets = {synthesizer.lengths.text_bucket(n) for n in token_counts}
+    for bucket in buckets:  # warm-up: one compiled graph per (batch 1, text bucket)
+        synthesizer.warm_up(bucket, batch_size=1)
+    before = synthesizer.tracing_count()
+    monitor = RetraceMonitor(strict=True)
+    for key, function in list(synthesizer.decoder.functions.items()):
+        synthesizer.decoder.functions[key] = monitor.watch(function, name=f"decode{key}")
+    monitor.end_warmup()
+    for text in texts:
+        synthesizer.synthesize(text, bundled_wavs(1)[0])
+    assert synthesizer.tracing_count() == before
+    assert not monitor.events
+    assert synthesizer.vocoder.tracing_count() == 1
+
+
+@pytest.mark.parametrize("case", ["empty_text", "unknown_characters", "missing_reference", "unreadable_reference",
+                                  "missing_run", "run_without_checkpoint", "missing_checkpoint", "too_long"])
+def test_cli_errors(case, tiny_run, tmp_path):
+    from myxtts.cli import main
+
+    text, reference, run = TEXTS[0], str(bundled_wavs(1)[0]), ["--run", str(tiny_run)]
+    expected = {"empty_text": "empty", "unknown_characters": "no character", "missing_reference": "not found",
+                "unreadable_reference": "reference.wav", "missing_run": "not found", "run_without_checkpoint":
+                "No checkpoint", "missing_checkpoint": "Checkpoint not found", "too_long": "max_text_length"}[case]
+    if case == "empty_text":
+        text = "   "
+    elif case == "unknown_characters":
+        text = "你好 ☃"
+    elif case == "missing_reference":
+        reference = str(tmp_path / "nope.wav")
+    elif case == "unreadable_reference":
+        reference = str(tmp_path / "reference.wav")
+        Path(reference).write_text("not audio at all", encoding="utf-8")
+    elif case == "missing_run":
+        run = ["--run", str(tmp_path / "no-run")]
+    elif case == "run_without_checkpoint":
+        (tmp_path / "empty-run").mkdir()
+        (tmp_path / "empty-run" / "config.yaml").write_text((tiny_run / "config.yaml").read_text())
+        run = ["--run", str(tmp_path / "empty-run")]
+    elif case == "missing_checkpoint":
+        run = ["--checkpoint", str(tmp_path / "ckpt-9"), "--config", str(tiny_run / "config.yaml")]
+    elif case == "too_long":
+        text = " ".join(TEXTS[:4])
+    result = CliRunner().invoke(main, ["synthesize", *run, "--text", text, "--reference", reference,
+                                       "--out", str(tmp_path / "o.wav")])
+    assert result.exit_code == 2, result.output
+    assert "Error:" in result.output and expected in result.output, result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "o.wav").exists()
