@@ -1,0 +1,83 @@
+"""`myxtts evaluate` on a tiny (untrained) run whose config points at the prepared bundled cache."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from click.testing import CliRunner
+
+
+@pytest.fixture(scope="module")
+def cached_run(prepared_cache, tmp_path_factory):
+    from myxtts.model import build_model
+    from myxtts.synthesize import save_run
+    from myxtts.text import Vocabulary
+
+    vocabulary = Vocabulary.load(prepared_cache.cache_dir / "vocab.json")
+    run = tmp_path_factory.mktemp("evaluate") / "run"
+    save_run(run, prepared_cache, build_model(prepared_cache, len(vocabulary)), vocabulary)
+    return run
+
+
+def test_length_policy_comes_from_the_cache(cached_run, prepared_cache):
+    from myxtts.data.cache import FeatureCache
+    from myxtts.synthesize import Synthesizer
+
+    policy = Synthesizer.from_run(cached_run).lengths
+    assert "cache" in policy.source
+    cache = FeatureCache.load(prepared_cache, lengths_only=True)
+    ratios = cache.mel_lengths / cache.token_lengths
+    assert policy.min_frames_per_token < ratios.min() and policy.max_frames_per_token > ratios.max()
+    for tokens, frames in zip(cache.token_lengths, cache.mel_lengths):  # every real clip fits its limits
+        assert policy.min_steps(int(tokens)) * 2 <= frames <= policy.max_steps(int(tokens)) * 2
+
+
+def test_evaluate_cli_json_table_and_plots(cached_run, prepared_cache, tmp_path):
+    from myxtts.cli import main
+
+    out, plots = tmp_path / "report.json", tmp_path / "plots"
+    result = CliRunner().invoke(main, ["evaluate", "--run", str(cached_run), "--json", str(out),
+                                       "--plots", str(plots)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    validation = json.loads((prepared_cache.cache_dir / "manifest.json").read_text())["splits"]["validation"]
+    assert sorted(item["id"] for item in report["items"]) == sorted(validation)
+    assert report["clips"] == 2 and "validation split" in report["data"]
+    for item in report["items"]:
+        assert item["reference_id"] != item["id"]  # another clip of the (single) speaker
+        for key in ("mcd_dtw_db", "teacher_forced_mel_l1", "stop_accuracy", "attention_diagonality", "focus_rate",
+                    "teacher_forced_attention_diagonality", "teacher_forced_focus_rate", "real_time_factor",
+                    "length_ratio"):
+            assert math.isfinite(item[key]), key
+        assert 0.0 <= item["stop_accuracy"] <= 1.0 and 0.0 <= item["attention_diagonality"] <= 1.0
+        assert item["mcd_dtw_db"] > 0 and item["real_time_factor"] > 0
+        for path in item["plots"]:
+            image = tf.io.decode_png(tf.io.read_file(path)).numpy()
+            assert image.ndim == 3 and image.shape[2] == 3 and image.std() > 0
+    assert set(report["summary"]) >= {"mcd_dtw_db", "teacher_forced_mel_l1", "stop_accuracy", "real_time_factor"}
+    assert np.isclose(report["summary"]["mcd_dtw_db"], np.mean([i["mcd_dtw_db"] for i in report["items"]]))
+    assert report["machine"]["cpu_count"] >= 1
+    for item in report["items"]:
+        assert item["id"] in result.output  # the readable table
+    assert "MCD dB" in result.output and "mean" in result.output
+
+
+def test_evaluate_on_a_corpus_folder_with_limit(cached_run, bundled_corpus, tmp_path):
+    from myxtts.evaluate import evaluate_run
+
+    report = evaluate_run(cached_run, data=bundled_corpus, limit=1)
+    assert report["clips"] == 1 and str(bundled_corpus) in report["data"]
+    assert report["decoder_traces"] == 1
+
+
+def test_evaluate_errors(cached_run, tmp_path):
+    from myxtts.cli import main
+
+    result = CliRunner().invoke(main, ["evaluate", "--run", str(cached_run), "--data", str(tmp_path / "none")])
+    assert result.exit_code == 2 and "Error:" in result.output and "not found" in result.output
+    result = CliRunner().invoke(main, ["evaluate", "--run", str(tmp_path / "no-run")])
+    assert result.exit_code == 2 and "Run directory not found" in result.output
