@@ -1,0 +1,84 @@
+"""Resume after SIGKILL: the next steps are bit-identical to an uninterrupted run (CPU, deterministic)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from test_train import trainer_config, write_config
+
+DRIVER = r"""
+import os, sys, time
+from pathlib import Path
+from myxtts.config import load_config
+from myxtts.train import run
+config, workdir, resume, stall_at = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
+def stall(step, batch):
+    if step == stall_at:  # the checkpoint of the previous step is on disk: wait to be killed
+        Path(workdir, "STALLED").write_text("1")
+        time.sleep(600)
+    return batch
+run(load_config(config), workdir, resume=resume, progress=False, batch_filter=stall if stall_at >= 0 else None)
+"""
+
+
+def _launch(tmp_path, config, workdir, resume=False, stall_at=-1):
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONHASHSEED="0")
+    return subprocess.Popen([sys.executable, str(driver), str(config), str(workdir), "1" if resume else "0",
+                             str(stall_at)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(process, timeout=240):
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, output[-3000:]
+    return output
+
+
+def _train_records(workdir: Path) -> dict[int, dict]:
+    records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r for r in records if r["split"] == "train"}
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_is_bit_identical(prepared_cache, tmp_path):
+    cfg = trainer_config(prepared_cache, data={"num_buckets": 2}, model={"dropout": 0.1}, training={
+        "max_steps": 6, "checkpoint_every": 3, "log_every": 1, "validate_every": 100, "summary_every": 0,
+        "deterministic": True, "warmup_steps": 2})
+    config = write_config(cfg, tmp_path / "resume.yaml")
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    reference = _launch(tmp_path, config, straight)
+    victim = _launch(tmp_path, config, killed, stall_at=3)
+    deadline = time.time() + 240
+    while not (killed / "STALLED").exists():
+        assert victim.poll() is None, victim.communicate()[0][-3000:]
+        assert time.time() < deadline, "the run never reached step 3"
+        time.sleep(0.2)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate()  # reap it and close its pipe
+    assert tf.train.latest_checkpoint(str(killed / "checkpoints")).endswith("ckpt-3")
+    _finish(reference)
+    _finish(_launch(tmp_path, config, killed, resume=True))
+
+    expected, resumed = _train_records(straight), _train_records(killed)
+    for step in (4, 5, 6):
+        for key in ("total", "mel_l1_before", "mel_l1_after", "stop", "guided_attention", "grad_norm",
+                    "learning_rate"):
+            assert resumed[step][key] == expected[step][key], (step, key)  # bit-identical, not approximately
+    a = tf.train.load_checkpoint(str(straight / "checkpoints" / "ckpt-6"))
+    b = tf.train.load_checkpoint(str(killed / "checkpoints" / "ckpt-6"))
+    names = [n for n, _ in tf.train.list_variables(str(straight / "checkpoints" / "ckpt-6"))
+             if n.startswith(("model/", "optimizer/"))]
+    assert len(names) > 10
+    for name in names:
+        assert np.array_equal(a.get_tensor(name), b.get_tensor(name)), name
