@@ -1,0 +1,125 @@
+"""Learning check: a tiny model trained briefly on 6 bundled clips lowers MCD-DTW on those clips by >= 30%.
+
+Both are asserted: TEACHER-FORCED synthesis (decoder fed the true previous frames, postnet output,
+Griffin-Lim, MCD-DTW against the real audio) and FREE-RUNNING synthesis (the compiled decoder with
+its own stop token and the data-derived length limits: the real target). Measured on 2 CPU cores,
+250 steps (~50 s): teacher-forced 66.8 -> 26.6 dB (-60%), free-running 60.7 -> 31.9 dB (-47%).
+Honest caveat: after this little training the free-running gain comes from the spectral envelope
+(speech-like frames), not from a learned alignment; the stop token rarely fires yet, so most items
+end at their maximum length, and DTW forgives the wrong durations.
+A minimal compiled training loop (model + compute_losses, one static batch shape) keeps the test
+independent of the trainer's run-directory machinery.
+"""
+
+from __future__ import annotations
+
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import BUNDLED_CORPUS
+
+CLIPS = 6
+STEPS = 250
+
+
+def _batch(cfg, processor, entries):
+    from myxtts.audio import MelFrontend, load_audio
+
+    frontend = MelFrontend(cfg.audio)
+    waves = [load_audio(e.audio_path, cfg.audio.sample_rate) for e in entries]
+    mels = [frontend(w).numpy() for w in waves]
+    tokens = [processor.encode(e.text) for e in entries]
+    r, ref_frames = cfg.model.reduction_factor, cfg.data.reference_frames
+    frames = max(m.shape[0] for m in mels)
+    frames += (-frames) % r
+    batch = {"tokens": np.zeros([len(entries), max(map(len, tokens))], np.int32),
+             "token_lengths": np.array([len(t) for t in tokens], np.int32),
+             "mel": np.zeros([len(entries), frames, cfg.audio.n_mels], np.float32),
+             "mel_lengths": np.array([m.shape[0] for m in mels], np.int32),
+             "reference_mel": np.zeros([len(entries), ref_frames, cfg.audio.n_mels], np.float32),
+             "reference_lengths": np.zeros([len(entries)], np.int32), "speaker_ids": np.zeros([len(entries)], np.int32)}
+    for i, (ids, mel) in enumerate(zip(tokens, mels)):
+        batch["tokens"][i, : len(ids)] = ids
+        batch["mel"][i, : mel.shape[0]] = mel
+        other = mels[(i + 1) % len(mels)][:ref_frames]  # another clip of the speaker, like the pipeline
+        batch["reference_mel"][i, : other.shape[0]] = other
+        batch["reference_lengths"][i] = other.shape[0]
+    return {k: tf.constant(v) for k, v in batch.items()}, waves
+
+
+def _teacher_forced_mcd(model, batch, waves, vocoder, rate) -> float:
+    from myxtts.metrics import mel_cepstral_distortion
+
+    mel = model(batch, training=False)["mel_after"].numpy()
+    lengths = batch["mel_lengths"].numpy()
+    return float(np.mean([mel_cepstral_distortion(wave, np.asarray(vocoder(mel[i, : lengths[i]])), rate)
+                          for i, wave in enumerate(waves)]))
+
+
+def _free_running_mcd(cfg, model, vocabulary, batch, waves, vocoder) -> tuple[float, list[bool]]:
+    from myxtts.metrics import mel_cepstral_distortion
+    from myxtts.synthesize import Synthesizer
+
+    synthesizer = Synthesizer(cfg, model, vocabulary, vocoder=vocoder)
+    lengths = batch["token_lengths"].numpy()
+    results = synthesizer.decode_tokens([batch["tokens"].numpy()[i, : lengths[i]] for i in range(len(waves))],
+                                        list(batch["reference_mel"].numpy()), list(batch["reference_lengths"].numpy()),
+                                        batch_size=len(waves))
+    scores = [mel_cepstral_distortion(wave, np.asarray(vocoder(result.mel)), cfg.audio.sample_rate)
+              for wave, result in zip(waves, results)]
+    return float(np.mean(scores)), [r.stopped_by_token for r in results]
+
+
+@pytest.mark.slow
+def test_training_lowers_mcd_on_its_clips(make_config):
+    from myxtts.data.corpus import read_corpus
+    from myxtts.model import build_model, compute_losses
+    from myxtts.text import TextProcessor, Vocabulary
+    from myxtts.vocoder import GriffinLim
+
+    cfg = make_config(data={"reference_frames": 96, "max_text_length": 192},
+                      model={"preset": "tiny", "reduction_factor": 2, "dropout": 0.05},
+                      audio={"griffin_lim_iters": 16})
+    import soundfile
+
+    entries = read_corpus(BUNDLED_CORPUS, "ljspeech").entries
+    entries = sorted(entries, key=lambda e: soundfile.info(str(e.audio_path)).frames)[:CLIPS]  # shortest clips
+    vocabulary = Vocabulary.for_config(cfg.text)
+    batch, waves = _batch(cfg, TextProcessor(cfg.text, vocabulary), entries)
+    keras.utils.set_random_seed(7)
+    model = build_model(cfg, len(vocabulary))
+    vocoder = GriffinLim(cfg.audio)
+    rate = cfg.audio.sample_rate
+
+    tf_before = _teacher_forced_mcd(model, batch, waves, vocoder, rate)
+    fr_before, _ = _free_running_mcd(cfg, model, vocabulary, batch, waves, vocoder)
+
+    optimizer = keras.optimizers.Adam(learning_rate=2e-3, global_clipnorm=1.0)
+    optimizer.build(model.trainable_variables)
+    signature = {k: tf.TensorSpec(v.shape, v.dtype) for k, v in batch.items()}
+
+    @tf.function(input_signature=[signature, tf.TensorSpec([2], tf.int64)])
+    def train_step(batch, seed):
+        with tf.GradientTape() as tape:
+            losses = compute_losses(batch, model(batch, training=True, seed=seed), cfg)
+        optimizer.apply(tape.gradient(losses["total"], model.trainable_variables), model.trainable_variables)
+        return losses["total"]
+
+    started = time.perf_counter()
+    losses = [float(train_step(batch, tf.constant([step, 0], tf.int64))) for step in range(STEPS)]
+    train_seconds = time.perf_counter() - started
+    assert train_step.experimental_get_tracing_count() == 1
+
+    tf_after = _teacher_forced_mcd(model, batch, waves, vocoder, rate)
+    fr_after, stopped = _free_running_mcd(cfg, model, vocabulary, batch, waves, vocoder)
+    print(f"\nlearning check ({CLIPS} clips, {STEPS} steps, {train_seconds:.0f} s): loss {losses[0]:.3f} -> "
+          f"{losses[-1]:.3f}; MCD-DTW teacher-forced {tf_before:.2f} -> {tf_after:.2f} dB "
+          f"({1 - tf_after / tf_before:.0%} lower); free-running {fr_before:.2f} -> {fr_after:.2f} dB "
+          f"({1 - fr_after / fr_before:.0%} lower; stopped by token: {sum(stopped)}/{len(stopped)})")
+    assert losses[-1] < 0.5 * losses[0]
+    assert tf_after <= 0.7 * tf_before, (tf_before, tf_after)
+    assert fr_after <= 0.7 * fr_before, (fr_before, fr_after)
