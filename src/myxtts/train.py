@@ -237,6 +237,7 @@ class Trainer:
             "steps": step, "steps_this_run": done, "updates": self.steps.update_step,
             "nonfinite_total": int(self.steps.nonfinite_total.numpy()), "stopped": stopped,
             "parameters": self.parameters, "batch_shapes": len(self.signatures),
+            "replicas": self.strategy.num_replicas_in_sync,
             "traces": traces, "warmup_traces": sum(self.traces.warmup_counts.values()),
             "warmup_seconds": self.warmup_total,
             "retraces_after_warmup": self.traces.retraces_after_warmup(),

@@ -25,7 +25,10 @@ def make_strategy(cfg: Config) -> tf.distribute.Strategy:
     if kind == "none":
         return tf.distribute.get_strategy()  # the default (no-op) strategy
     if kind == "mirrored":
-        return tf.distribute.MirroredStrategy()
+        # every GPU; without GPUs every logical CPU device (tests split the CPU into two)
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
+        return tf.distribute.MirroredStrategy(devices)
     if kind == "multi_worker":
         raw = os.environ.get("TF_CONFIG")
         if not raw:

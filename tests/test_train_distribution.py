@@ -1,0 +1,127 @@
+"""Distribution on CPU: MirroredStrategy over two logical devices (one update == the single-device
+update; the trainer runs), and MultiWorkerMirroredStrategy with two local worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from test_train import trainer_config, write_config
+
+MIRRORED = r"""
+import sys, numpy as np, tensorflow as tf, keras
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+sys.path.insert(0, sys.argv[2])
+if sys.argv[4] == "trainer":  # a fresh process: two strategies in one process would share collective keys
+    from myxtts.config import load_config
+    from myxtts.train import run
+    cfg = load_config(sys.argv[1], ["training.distribution=mirrored"])
+    summary = run(cfg, sys.argv[3], progress=False)
+    assert summary["steps"] == cfg.training.max_steps and summary["retraces_after_warmup"] == 0, summary
+    assert summary["replicas"] == 2, summary
+    print("MIRRORED_OK")
+    sys.exit(0)
+from train_helpers import batch_spec, synthetic_batch
+from myxtts.config import load_config
+from myxtts.model import build_model
+from myxtts.training.steps import TrainingSteps
+cfg = load_config(sys.argv[1])
+mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+assert mirrored.num_replicas_in_sync == 2
+models = []
+for strategy in (tf.distribute.get_strategy(), mirrored):
+    with strategy.scope():
+        model = build_model(cfg, 40)
+        if models:
+            model.set_weights(models[0][0].get_weights())
+        steps = TrainingSteps(model, keras.optimizers.SGD(0.05), cfg, strategy)
+    steps.build([batch_spec(4, 10, 24, 16)], lambda f, name: f)
+    models.append((model, steps))
+batch = synthetic_batch(4, 10, 24, 16, vocab_size=40, seed=3, full_lengths=True)
+start = [v.numpy() for v in models[0][0].trainable_variables]
+outs = [steps.train(batch) for _, steps in models]
+deltas = [np.concatenate([(v.numpy() - s).ravel() for v, s in zip(m.trainable_variables, start)]) for m, _ in models]
+np.testing.assert_allclose(deltas[1], deltas[0], atol=1e-6 + 1e-4 * np.abs(deltas[0]).max())
+assert abs(float(outs[0]["total"]) - float(outs[1]["total"])) < 1e-4
+print("MIRRORED_OK")
+"""
+
+WORKER = r"""
+import sys
+from myxtts.config import load_config
+from myxtts.train import run
+summary = run(load_config(sys.argv[1], ["training.distribution=multi_worker"]), sys.argv[2], progress=False)
+assert summary["retraces_after_warmup"] == 0
+print("WORKER_OK", summary["steps"], summary["loss_last"])
+"""
+
+
+def _config(prepared, tmp_path):
+    # fixed padding: one signature, batch 4, divisible by 2 replicas
+    cfg = trainer_config(prepared, data={"pad_to_fixed_length": True, "batch_size": 4, "max_mel_frames": 880},
+                         model={"dropout": 0.0}, training={"max_steps": 2, "validate_every": 100, "summary_every": 0,
+                                                          "checkpoint_every": 2, "log_every": 1})
+    return write_config(cfg, tmp_path / "dist.yaml")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["update_equals_single_device", "trainer"])
+def test_mirrored_two_logical_devices(prepared_cache, tmp_path, mode):
+    script = tmp_path / "mirrored.py"
+    script.write_text(MIRRORED)
+    tests_dir = os.path.dirname(__file__)
+    result = subprocess.run([sys.executable, str(script), str(_config(prepared_cache, tmp_path)), tests_dir,
+                             str(tmp_path / "run"), mode], capture_output=True, text=True, timeout=400,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert "MIRRORED_OK" in result.stdout, (result.stdout + result.stderr)[-4000:]
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("localhost", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+@pytest.mark.slow
+def test_multi_worker_two_local_processes(prepared_cache, tmp_path):
+    try:
+        ports = _free_ports(2)
+    except OSError as err:
+        pytest.skip(f"cannot bind localhost ports for the workers: {err}")
+    config = _config(prepared_cache, tmp_path)
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    cluster = {"worker": [f"localhost:{port}" for port in ports]}
+    processes = []
+    for index in range(2):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+                   TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))
+        processes.append(subprocess.Popen([sys.executable, str(script), str(config), str(tmp_path / "run")],
+                                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    try:
+        for process in processes:
+            outputs.append(process.communicate(timeout=400)[0])
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    for output in outputs:
+        assert "WORKER_OK 2" in output, output[-4000:]
+    losses = {line.split()[-1] for output in outputs for line in output.splitlines() if line.startswith("WORKER_OK")}
+    assert len(losses) == 1  # both workers took the same synchronous steps
+    assert (tmp_path / "run" / "checkpoints").is_dir()
