@@ -124,3 +124,35 @@ def test_text_longer_than_position_table_is_a_clear_error(make_config):
     model = build_model(cfg, VOCAB)
     with pytest.raises(ValueError, match="max_attention_sequence_length"):
         model(synthetic_batch(1, 20, 8, 8, vocab_size=VOCAB))
+
+
+def test_none_dims_trace_and_match_while_static_signatures_stay_static(tiny):
+    """A generic function with None dims (reduce_retracing, the naive baseline) traces and computes the same
+    forward + losses as a static-signature one; the static one keeps every shape static (no tf.shape)."""
+    from myxtts.model import compute_losses
+    from train_helpers import batch_spec
+
+    cfg, model = tiny
+    batch = synthetic_batch(2, 11, 24, 16, vocab_size=VOCAB, seed=5)
+
+    def forward(batch):
+        outputs = model(batch, training=False)
+        return {**outputs, **compute_losses(batch, outputs, cfg)}
+
+    static_spec = batch_spec(2, 11, 24, 16)
+    # what reduce_retracing generalises to: batch and lengths unknown, the mel bins (never varying) known
+    dynamic_spec = {k: tf.TensorSpec([None] * min(len(v.shape), 2) + v.shape.as_list()[2:], v.dtype)
+                    for k, v in static_spec.items()}
+    static = tf.function(forward, input_signature=[static_spec]).get_concrete_function()
+    dynamic = tf.function(forward, input_signature=[dynamic_spec]).get_concrete_function()
+    for name, spec in static.structured_outputs.items():
+        assert spec.shape.is_fully_defined(), (name, spec.shape)
+    assert static.structured_outputs["alignments"].shape == (2, 12, 11)
+    assert dynamic.structured_outputs["mel_after"].shape.as_list() == [None, None, 80]
+    # the static graph reads no dims at run time: the None-dim fallback is confined to None-dim traces
+    static_ops = {op.type for op in static.graph.get_operations()}
+    dynamic_ops = {op.type for op in dynamic.graph.get_operations()}
+    assert "Shape" in dynamic_ops and "Shape" not in static_ops
+    expected, got = static(batch), dynamic(batch)
+    for name in expected:
+        np.testing.assert_allclose(got[name].numpy(), expected[name].numpy(), rtol=1e-5, atol=1e-6)

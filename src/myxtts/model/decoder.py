@@ -9,7 +9,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from myxtts.model.layers import SiteCounter, TransformerBlock, sinusoid_table, stateless_dropout
+from myxtts.model.layers import SiteCounter, TransformerBlock, sinusoid_table, stateless_dropout, static_or_dynamic_dim
 from myxtts.model.presets import POSTNET_KERNEL, PRENET_DROPOUT, ModelDims
 
 
@@ -51,7 +51,7 @@ class MelDecoder(keras.layers.Layer):
     def _heads(self, x):
         # x [B, steps, d] -> frames [B, steps*r, n_mels] float32, stop logits [B, steps] float32
         x = self.final_norm(x)
-        steps = x.shape[1]
+        steps = static_or_dynamic_dim(x, 1)
         frames = tf.reshape(tf.cast(self.mel_proj(x), tf.float32), [-1, steps * self.dims.reduction_factor,
                                                                      self.dims.n_mels])
         stop = tf.cast(self.stop_proj(x), tf.float32)[..., 0]
@@ -64,8 +64,8 @@ class MelDecoder(keras.layers.Layer):
         memory_mask ``[B, M]`` bool. Returns mel_before ``[B, steps*r, n_mels]``, stop logits
         ``[B, steps]`` and the alignment layer's cross-attention ``[B, steps, M]`` (mean over heads).
         """
-        steps = decoder_inputs.shape[1]
-        if steps > self.dims.max_positions:
+        steps = static_or_dynamic_dim(decoder_inputs, 1)
+        if isinstance(steps, int) and steps > self.dims.max_positions:  # a None dim is not checked at trace
             raise ValueError(f"{steps} decoder steps exceed model.max_attention_sequence_length "
                              f"({self.dims.max_positions}).")
         x = self._embed_inputs(decoder_inputs, self.positions[None, :steps], training, seed)

@@ -8,7 +8,7 @@ import keras
 import tensorflow as tf
 
 from myxtts.model.layers import (MultiHeadAttention, SiteCounter, TransformerBlock, length_mask,
-                                 sinusoid_table, stateless_dropout)
+                                 sinusoid_table, stateless_dropout, static_or_dynamic_dim)
 from myxtts.model.presets import CONDITIONING_KERNEL, ModelDims
 
 
@@ -27,8 +27,8 @@ class TextEncoder(keras.layers.Layer):
         self.site = sites()
 
     def call(self, tokens, token_lengths, training=False, seed=None):
-        text_len = tokens.shape[1]
-        if text_len > self.dims.max_positions:
+        text_len = static_or_dynamic_dim(tokens, 1)
+        if isinstance(text_len, int) and text_len > self.dims.max_positions:  # a None dim: not checked at trace
             raise ValueError(f"Text of {text_len} tokens exceeds model.max_attention_sequence_length "
                              f"({self.dims.max_positions}).")
         mask = length_mask(token_lengths, text_len)  # [B, T_text]
@@ -66,7 +66,7 @@ class ConditioningEncoder(keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, reference_mel, reference_lengths, training=False, seed=None):
-        ref_len = reference_mel.shape[1]
+        ref_len = static_or_dynamic_dim(reference_mel, 1)
         mask = length_mask(reference_lengths, ref_len)  # [B, T_ref]
         frame_mask = tf.cast(mask[..., None], self.compute_dtype)
         x = tf.cast(reference_mel, self.compute_dtype)

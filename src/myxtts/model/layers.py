@@ -1,8 +1,11 @@
 """Building blocks: positions, stateless dropout, attention with a key/value cache, transformer blocks.
 
 Conventions used by every layer here:
-- static dimensions come from ``.shape`` (the batch dim may be unknown and is reshaped with -1), never
-  ``tf.shape()``, so every trace has fully static shapes;
+- dimensions come from ``static_or_dynamic_dim``: the static ``.shape[axis]`` whenever it is known (always
+  in the trainer's compiled steps, whose input_signatures are fully static, so their traces keep fully
+  static shapes), ``tf.shape(x)[axis]`` only when a generic function traces with a ``None`` dim
+  (``reduce_retracing=True``, a signature-less baseline, jit_compile over None dims); the batch dim is
+  reshaped with -1;
 - masks are booleans built from true lengths (``True`` = a real position);
 - attention logits and softmax run in float32 whatever the compute dtype (float16 overflows at -1e9);
 - dropout is *stateless*: each site folds its own id into a ``seed`` tensor ``[2]`` given by the caller
@@ -28,6 +31,16 @@ def sinusoid_table(max_positions: int, d_model: int) -> np.ndarray:
     table[:, 0::2] = np.sin(positions * rates)
     table[:, 1::2] = np.cos(positions * rates[: d_model // 2])
     return table.astype(np.float32)
+
+
+def static_or_dynamic_dim(x: tf.Tensor, axis: int) -> int | tf.Tensor:
+    """``x.shape[axis]`` as a Python int when static, else the scalar int32 tensor ``tf.shape(x)[axis]``.
+
+    Static dims keep the compiled steps' graphs fully static (no Shape ops, shapes known to XLA); the
+    dynamic fallback only lets functions traced with a ``None`` dim work at all.
+    """
+    dim = x.shape[axis]
+    return int(dim) if dim is not None else tf.shape(x)[axis]
 
 
 def length_mask(lengths: tf.Tensor, max_length: int) -> tf.Tensor:
@@ -77,7 +90,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _split(self, x: tf.Tensor) -> tf.Tensor:
         # [batch, time, d_model] -> [batch, heads, time, head_dim]
-        time = x.shape[1]
+        time = static_or_dynamic_dim(x, 1)
         x = tf.reshape(x, [-1, time, self.num_heads, self.head_dim])
         return tf.transpose(x, [0, 2, 1, 3])
 
@@ -99,7 +112,7 @@ class MultiHeadAttention(keras.layers.Layer):
         weights = tf.nn.softmax(logits, axis=-1)  # [B, H, Tq, Tk] float32
         dropped = stateless_dropout(weights, self.dropout_rate, training, seed, self.site)
         context = tf.matmul(tf.cast(dropped, v.dtype), v)  # [B, H, Tq, hd]
-        tq = context.shape[2]
+        tq = static_or_dynamic_dim(context, 2)
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, tq, self.d_model])
         return self.output_proj(context), weights
 
@@ -163,7 +176,7 @@ class TransformerBlock(keras.layers.Layer):
         """
         h = self.self_norm(x)
         new_key, new_value = self.self_attention.project_key_value(h)  # [B, 1, d]
-        max_steps = layer_cache.shape[2]
+        max_steps = static_or_dynamic_dim(layer_cache, 2)
         # write position step_index with a one-hot blend: no dynamic slicing, XLA-friendly
         slot = tf.reshape(tf.one_hot(step_index, max_steps, dtype=layer_cache.dtype), [1, max_steps, 1])
         keys = layer_cache[0] * (1.0 - slot) + tf.cast(new_key, layer_cache.dtype) * slot  # [B, S, d]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from myxtts.config import Config
+from myxtts.model.layers import static_or_dynamic_dim
 
 
 def _masked_mean(values: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
@@ -39,8 +40,8 @@ def compute_losses(batch: dict, outputs: dict, cfg: Config) -> dict[str, tf.Tens
     l2_weight = m.mel_l2_weight
     r = m.reduction_factor
     target = tf.cast(batch["mel"], tf.float32)  # [B, T, n_mels]
-    frames, n_mels = target.shape[1], target.shape[2]
-    steps, text_len = frames // r, batch["tokens"].shape[1]
+    frames, n_mels = static_or_dynamic_dim(target, 1), static_or_dynamic_dim(target, 2)  # static when compiled
+    steps, text_len = frames // r, static_or_dynamic_dim(batch["tokens"], 1)
     frame_mask = tf.logical_and(tf.sequence_mask(batch["mel_lengths"], frames)[..., None],
                                 tf.ones([1, 1, n_mels], tf.bool))  # [B, T, n_mels]
     before = tf.cast(outputs["mel_before"], tf.float32)

@@ -23,7 +23,7 @@ import tensorflow as tf
 from myxtts.config import Config
 from myxtts.model.decoder import MelDecoder, Postnet
 from myxtts.model.encoders import ConditioningEncoder, TextEncoder
-from myxtts.model.layers import SiteCounter, length_mask
+from myxtts.model.layers import SiteCounter, length_mask, static_or_dynamic_dim
 from myxtts.model.presets import ModelDims, resolve_dims
 
 
@@ -69,7 +69,7 @@ class XTTSModel(keras.Model):
 
         Text positions come first, so attention weights ``[..., :T_text]`` are the alignment over text.
         """
-        text_mask = length_mask(token_lengths, text_encodings.shape[1])  # [B, T_text]
+        text_mask = length_mask(token_lengths, static_or_dynamic_dim(text_encodings, 1))  # [B, T_text]
         latent_mask = tf.ones_like(speaker_latents[..., 0], dtype=tf.bool)  # [B, K]
         memory = tf.concat([text_encodings, tf.cast(speaker_latents, text_encodings.dtype)], axis=1)
         return memory, tf.concat([text_mask, latent_mask], axis=1)
@@ -106,7 +106,7 @@ class XTTSModel(keras.Model):
 
     def apply_postnet(self, mel_before, mel_lengths):
         """mel_before ``[B, T, n_mels]`` -> mel_after (zeros beyond each length)."""
-        return self.postnet(mel_before, length_mask(mel_lengths, mel_before.shape[1]))
+        return self.postnet(mel_before, length_mask(mel_lengths, static_or_dynamic_dim(mel_before, 1)))
 
     # ---- training forward -------------------------------------------------------------------
     def teacher_forced_inputs(self, mel, mel_lengths):
@@ -114,8 +114,8 @@ class XTTSModel(keras.Model):
 
         Padding is zeroed first so its values can never reach a real step.
         """
-        frames, n_mels, r = mel.shape[1], mel.shape[2], self.dims.reduction_factor
-        if frames % r:
+        frames, n_mels, r = static_or_dynamic_dim(mel, 1), self.dims.n_mels, self.dims.reduction_factor
+        if isinstance(frames, int) and frames % r:  # a None dim: the pipeline pads to a multiple of r
             raise ValueError(f"mel frames ({frames}) must be a multiple of model.reduction_factor ({r}).")
         mel = tf.where(length_mask(mel_lengths, frames)[..., None], mel, tf.zeros_like(mel))  # where: NaN-safe
         grouped = tf.reshape(mel, [-1, frames // r, r * n_mels])  # [B, steps, r*n_mels]
@@ -136,10 +136,10 @@ class XTTSModel(keras.Model):
         decoder_inputs = self.teacher_forced_inputs(tf.cast(mel, tf.float32), mel_lengths)
         mel_before, stop_logits, attention = self.decoder(tf.cast(decoder_inputs, self.compute_dtype), memory,
                                                           memory_mask, training=training, seed=seed)
-        frame_mask = length_mask(mel_lengths, mel.shape[1])
+        frame_mask = length_mask(mel_lengths, static_or_dynamic_dim(mel, 1))
         mel_after = self.postnet(mel_before, frame_mask, training=training, seed=seed)
         return {"mel_before": mel_before, "mel_after": mel_after, "stop_logits": stop_logits,
-                "alignments": attention[:, :, : tokens.shape[1]]}
+                "alignments": attention[:, :, : static_or_dynamic_dim(tokens, 1)]}
 
 
 def dummy_batch(dims: ModelDims, batch: int = 1, text_len: int = 5, steps: int = 2, ref_frames: int = 8) -> dict:
