@@ -75,7 +75,7 @@ def lint_command(paths: tuple[str, ...]) -> None:
 
 @click.group("diagnose")
 def diagnose_group() -> None:
-    """Measure a configured setup: input pipeline throughput (and retracing once the trainer lands)."""
+    """Measure a configured setup: input pipeline throughput, retracing of the training steps."""
 
 
 @diagnose_group.command("pipeline")
@@ -112,6 +112,39 @@ def diagnose_pipeline_command(config_path: str, overrides: tuple[str, ...], step
         with open(json_path, "w", encoding="utf-8") as handle:
             json.dump(report.to_dict(), handle, indent=2)
     sys.exit(1 if report.feeds_target is False else 0)
+
+
+@diagnose_group.command("retracing")
+@config_option()
+@override_option()
+@click.option("--steps", type=int, default=20, show_default=True, help="Real training steps run after warm-up.")
+@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+              help="Run directory for the check's training run (default: a temporary one, removed).")
+@click.option("--check-batches", type=int, default=None,
+              help="Train batches compared with signatures() (default: max(steps, 4 x shapes)).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report as JSON.")
+def diagnose_retracing_command(config_path: str, overrides: tuple[str, ...], steps: int, workdir: str | None,
+                               check_batches: int | None, json_path: str | None) -> None:
+    """Config + pipeline shapes vs signatures() + N real training steps under the retrace explainer.
+
+    Exit 1 when anything retraces after warm-up or a batch shape is not a declared signature.
+    """
+    from myxtts.cli.train_commands import _known_errors
+    from myxtts.diagnostics.retracing_check import diagnose_retracing
+
+    cfg = load(config_path, overrides)
+
+    @clean_errors(ValueError, *_known_errors())
+    def go():
+        return diagnose_retracing(cfg, steps=steps, workdir=workdir, check_batches=check_batches,
+                                  echo=lambda line: click.echo(line, err=True))
+
+    report = go()
+    click.echo(report.format())
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as handle:
+            json.dump(report.to_dict(), handle, indent=2, default=str)
+    sys.exit(report.exit_code)
 
 
 COMMANDS = [explain_retracing_command, lint_command, diagnose_group]
