@@ -110,8 +110,11 @@ class RetracingReport:
         for line in self.signatures:
             lines.append(f"    {line}: {self.signatures_seen.get(line, 0)} batch(es) seen")
         lines.append(f"  pipeline batches checked against signatures(): {self.batches_checked}")
-        lines.append(f"  training steps run: {self.steps_run} of {self.steps_requested}; warm-up "
-                     f"{self.warmup_seconds:.1f} s")
+        if self.functions:
+            lines.append(f"  training steps run: {self.steps_run} of {self.steps_requested}; warm-up "
+                         f"{self.warmup_seconds:.1f} s")
+        else:
+            lines.append(f"  training steps run: none of {self.steps_requested} (see findings)")
         if self.functions:
             lines.append("  traces per function (warm-up / after warm-up, compile seconds):")
             for name, info in self.functions.items():
