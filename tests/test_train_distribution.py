@@ -42,6 +42,13 @@ for strategy in (tf.distribute.get_strategy(), mirrored):
             model.set_weights(models[0][0].get_weights())
         steps = TrainingSteps(model, keras.optimizers.SGD(0.05), cfg, strategy)
     steps.build([batch_spec(4, 10, 24, 16)], lambda f, name: f)
+    if strategy is mirrored:  # warm-up runs the mirrored step once and restores every replica's copy exactly
+        before = steps.snapshot_state()
+        assert sum(len(copies) for copies in before) > len(before)  # per-replica copies are really compared
+        steps.warm_up()
+        after = steps.snapshot_state()
+        assert all(np.array_equal(a, b) for x, y in zip(before, after) for a, b in zip(x, y))
+        assert all(f.experimental_get_tracing_count() == 1 for f in steps.train_functions.values())
     models.append((model, steps))
 batch = synthetic_batch(4, 10, 24, 16, vocab_size=40, seed=3, full_lengths=True)
 start = [v.numpy() for v in models[0][0].trainable_variables]

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from myxtts.config import config_from_dict
 from myxtts.model import build_model
-from myxtts.training.steps import TrainingSteps, UnknownShapeError
+from myxtts.training.steps import TrainingSteps, UnknownShapeError, shape_key
 from train_helpers import batch_spec, synthetic_batch
 
 VOCAB = 40
@@ -108,3 +108,44 @@ def test_unknown_shape_is_refused_not_traced():
     with pytest.raises(UnknownShapeError, match="not one of the pipeline's signatures"):
         steps.train(synthetic_batch(2, 11, 24, 16, vocab_size=VOCAB))
     assert [f.experimental_get_tracing_count() for f in traced] == counts
+
+
+@pytest.mark.parametrize("precision, accumulation", [("float32", 1), ("float16", 2)])
+def test_warm_up_runs_every_function_once_and_restores_every_variable_exactly(precision, accumulation):
+    """Warm-up traces AND runs each step (through the monitor: it counts the traces as warm-up), then puts
+    model, optimizer (iterations, moments, loss scale), counters and accumulators back bit for bit."""
+    from myxtts.training.monitor import TraceAccounting
+
+    optimizer = keras.optimizers.Adam(1e-2)
+    if precision == "float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    _, model, steps = _setup(optimizer, mixed_precision=precision, gradient_accumulation_steps=accumulation)
+    traces = TraceAccounting(strict=True)
+    specs = [batch_spec(2, 10, 24, 16), batch_spec(3, 8, 16, 16)]
+    steps.build(specs, traces.watch)
+    steps.train_functions[shape_key(specs[0])].python_function(
+        synthetic_batch(2, 10, 24, 16, vocab_size=VOCAB, seed=14))  # eager: non-trivial optimizer state, no trace
+    before = [np.array(v.numpy(), copy=True) for v in steps.state_variables()]
+    tracked = {id(v) for v in steps.state_variables()}
+    assert {id(optimizer.iterations), id(steps.micro_step), id(steps.nonfinite_total)} <= tracked
+    if precision == "float16":
+        inner = optimizer.inner_optimizer
+        assert {id(optimizer.dynamic_scale), id(inner.iterations), *map(id, inner.variables)} <= tracked
+    assert len(steps.state_variables()) > len(model.trainable_variables) * 2  # weights + Adam moments + ...
+    seconds = steps.warm_up()
+    after = [v.numpy() for v in steps.state_variables()]
+    assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(before, after))
+    assert sorted(seconds) == sorted(f"{kind}_step[batch {b} x text {t} x mel {m}]"
+                                     for kind in ("train", "validate") for b, t, m in ((2, 10, 24), (3, 8, 16)))
+    assert all(value > 0 for value in seconds.values())
+    # every function traced exactly once, in warm-up, and the monitor saw each of those traces
+    counts = traces.counts()
+    assert len(counts) == 4 and counts["train_step[bucket 0: batch 2 x text 10 x mel 24]"] == 1
+    assert sum(counts.values()) == 4
+    traces.end_warmup()
+    assert len(traces.monitor.first_traces) == 4 and not traces.monitor.unexpected
+    assert traces.monitor.summary() is not None
+    # training goes on from the restored state without a single trace
+    out = steps.train(synthetic_batch(3, 8, 16, 16, vocab_size=VOCAB, seed=15))
+    assert np.isfinite(float(out["total"])) and traces.retraces_after_warmup() == 0
+    traces.close()

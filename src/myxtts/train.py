@@ -1,7 +1,7 @@
 """The trainer: ``run(cfg, workdir, resume)`` in named stages: config, data, model, checkpoint, compile, loop.
 
 Promises: every step is a compiled graph with a static input_signature, one per batch shape of the
-pipeline, all traced at warm-up (a trace afterwards is a bug; ``training.strict_retracing`` raises with
+pipeline, all traced and run once at warm-up (weights and counters restored; a trace afterwards is a bug; ``training.strict_retracing`` raises with
 the explainer's explanation); nothing on the hot path but ``next(iterator)`` and the compiled call.
 
 Run directory (what ``myxtts.synthesize`` relies on)::
@@ -122,15 +122,18 @@ class Trainer:
             self.summary_function = self.traces.watch(function, "summary_forward") if t.enable_graph_mode else \
                 function.python_function
         started = time.perf_counter()
+        # every step function traced AND run once (state restored), so no bucket's first real step pays
+        # TF's graph optimisation; the calls go through the monitor, which counts these traces as warm-up
         self.warmup = self.steps.warm_up()
         if self.summary_function is not None and t.enable_graph_mode:
             begin = time.perf_counter()
-            self.summary_function.get_concrete_function()
+            outputs = self.summary_function(self.summary_batch)  # forward only: changes no variable
+            tf.nest.map_structure(lambda tensor: tensor.numpy(), outputs)
             self.warmup["summary_forward"] = time.perf_counter() - begin
         self.warmup_total = time.perf_counter() - started
         self.traces.end_warmup()
-        self.echo(f"warm-up: traced {len(self.warmup)} functions in {self.warmup_total:.1f} s "
-                  f"({self.parameters:,} parameters, {len(self.signatures)} batch shapes)")
+        self.echo(f"warm-up: traced and ran {len(self.warmup)} functions in {self.warmup_total:.1f} s "
+                  f"({self.parameters:,} parameters, {len(self.signatures)} batch shapes; state restored)")
 
     def stage_loop(self) -> dict[str, Any]:
         t = self.cfg.training
@@ -151,7 +154,6 @@ class Trainer:
                     frames += float(np.sum(batch["mel_lengths"]))
                     out = self.steps.train(batch)
                 step += 1
-                self.traces.check()
                 if step == start_step + 1 or step % t.log_every == 0 or step == t.max_steps:
                     record = {k: float(v) for k, v in out.items()}
                     elapsed = time.perf_counter() - loop_started

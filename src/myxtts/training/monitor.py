@@ -1,7 +1,8 @@
 """Monitoring off the hot path: trace accounting, TensorBoard, metrics.jsonl, progress bar, summary.
 
-Trace accounting goes through ``TraceAccounting``: the retrace explainer (``myxtts.diagnostics``)
-when available, else ``experimental_get_tracing_count()`` on each watched function.
+Trace accounting goes through ``TraceAccounting``: the retrace explainer (``myxtts.diagnostics``
+``RetraceMonitor``) watches every compiled function (explains, logs to retraces.jsonl, raises when strict);
+``experimental_get_tracing_count()`` on each gives the per-function counts of the summary.
 """
 
 from __future__ import annotations
@@ -15,32 +16,27 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
-try:  # the explainer (another module); the fallback only counts
-    from myxtts.diagnostics import RetraceError, RetraceMonitor
-except ImportError:  # pragma: no cover - only before the diagnostics module existed
-    RetraceMonitor = None
-
-    class RetraceError(RuntimeError):
-        pass
+from myxtts.diagnostics import RetraceError, RetraceMonitor  # RetraceError: re-exported for the CLI
 
 
 class TraceAccounting:
-    """Watch compiled functions; count traces during and after warm-up; strict raises after warm-up."""
+    """Watch compiled functions; count traces during and after warm-up; strict: the monitor raises with the
+    explanation at the first trace after warm-up."""
 
     def __init__(self, strict: bool, json_path: Path | None = None):
         self.strict = strict
         self.functions: dict[str, Any] = {}
         self.warmup_counts: dict[str, int] = {}
-        self.monitor = RetraceMonitor(strict=strict, json_path=json_path) if RetraceMonitor else None
+        self.monitor = RetraceMonitor(strict=strict, json_path=json_path)
 
     def watch(self, function: Any, name: str) -> Callable:
+        """Call the returned wrapper (also at warm-up): calls are what the monitor sees and explains."""
         self.functions[name] = function
-        return self.monitor.watch(function, name=name) if self.monitor else function
+        return self.monitor.watch(function, name=name)
 
     def end_warmup(self) -> None:
         self.warmup_counts = self.counts()
-        if self.monitor:
-            self.monitor.end_warmup()
+        self.monitor.end_warmup()
 
     def counts(self) -> dict[str, int]:
         return {name: int(f.experimental_get_tracing_count()) for name, f in self.functions.items()}
@@ -49,20 +45,12 @@ class TraceAccounting:
         now = self.counts()
         return sum(now[name] - self.warmup_counts.get(name, 0) for name in now)
 
-    def check(self) -> None:
-        """Fallback strict check (the explainer raises by itself with the explanation)."""
-        if self.strict and not self.monitor and self.retraces_after_warmup():
-            raise RetraceError(f"{self.retraces_after_warmup()} trace(s) after warm-up: {self.counts()}")
-
     def explanations(self) -> list[str]:
-        if not self.monitor:
-            return []
         return [str(getattr(event, "cause", "")) + ": " + str(getattr(event, "suggestion", ""))
                 for event in self.monitor.events if getattr(event, "unexpected", True)]
 
     def close(self) -> None:
-        if self.monitor:
-            self.monitor.close()
+        self.monitor.close()
 
 
 class MetricsLog:

@@ -24,6 +24,7 @@ import time
 from typing import Any, Callable
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from myxtts.config import Config
@@ -37,6 +38,26 @@ SUM = tf.distribute.ReduceOp.SUM
 def shape_key(batch_or_spec: dict) -> ShapeKey:
     """The static shape identity of a batch (or a signature): what the step functions are keyed by."""
     return tuple(tuple(batch_or_spec[k].shape.as_list()) for k in ("tokens", "mel", "reference_mel"))
+
+
+def warmup_batch(spec: dict) -> dict[str, tf.Tensor]:
+    """A valid batch of exactly this signature (zeros, every length full) for the warm-up run."""
+    lengths_of = {"token_lengths": "tokens", "mel_lengths": "mel", "reference_lengths": "reference_mel"}
+    batch = {}
+    for key, tensor_spec in spec.items():
+        shape = tensor_spec.shape.as_list()
+        if key in lengths_of:  # [batch] = the padded length: every position real, nothing degenerate
+            batch[key] = tf.fill(shape, tf.constant(spec[lengths_of[key]].shape[1], tensor_spec.dtype))
+        else:
+            batch[key] = tf.zeros(shape, tensor_spec.dtype)
+    return batch
+
+
+def _components(variable: Any, strategy: tf.distribute.Strategy) -> list:
+    """The per-device tf.Variables behind a (Keras or distributed) variable: what snapshot/restore copy."""
+    inner = getattr(variable, "_value", None)  # keras.Variable -> its backend tf.Variable (private, guarded)
+    inner = inner if isinstance(inner, tf.Variable) else variable
+    return list(strategy.experimental_local_results(inner))
 
 
 def describe_key(key: ShapeKey) -> str:
@@ -71,7 +92,8 @@ class TrainingSteps:
             self.loss_accumulator = tf.Variable(0.0, trainable=False, name="loss_accumulator")
         self.train_functions: dict[ShapeKey, Callable] = {}
         self.validate_functions: dict[ShapeKey, Callable] = {}
-        self.warmup_seconds: dict[str, float] = {}
+        self.warmup_seconds: dict[str, float] = {}  # "<kind>_step[<shape>]" -> trace + first run seconds
+        self.signatures: dict[ShapeKey, dict] = {}
 
     # ---- state that must be checkpointed ---------------------------------------------------------
     def checkpoint_objects(self) -> dict[str, Any]:
@@ -190,6 +212,7 @@ class TrainingSteps:
             key = shape_key(spec)
             if key in self.train_functions:
                 continue
+            self.signatures[key] = spec
             label = f"bucket {index}: {describe_key(key)}"
             if not t.enable_graph_mode:  # eager, for debugging only: nothing is compiled or traced
                 self.train_functions[key] = self._train_graph
@@ -200,16 +223,59 @@ class TrainingSteps:
             self.validate_functions[key] = wrap(tf.function(self._validate_graph, **options),
                                                 f"validate_step[{label}]")
 
-    def warm_up(self) -> dict[str, float]:
-        """Trace every compiled function now (no weight changes: tracing runs nothing); seconds per trace."""
+    def warm_up(self, execute: bool = True) -> dict[str, float]:
+        """Trace every compiled function and (``execute``) run it once; seconds per function.
+
+        Tracing alone leaves TF's graph optimisation (grappler, kernel creation) to the first real call of
+        each shape, a few seconds each: that is what made early steps of every bucket slow. So each
+        function is *called* (through its monitor wrapper, which therefore sees and counts the trace) on a
+        dummy batch of its own signature, and every variable a step can change (model, optimizer incl.
+        iterations and loss scale, counters, accumulators) is restored bit for bit afterwards: warm-up
+        leaves no trace in training. Under ``tf.config.run_functions_eagerly`` a call would not trace,
+        only run eagerly, so there it only traces (``get_concrete_function``), as with ``execute=False``.
+        """
         if not self.cfg.training.enable_graph_mode:
             return {}
-        for kind, functions in (("train", self.train_functions), ("validate", self.validate_functions)):
-            for key, function in functions.items():
-                started = time.perf_counter()
-                function.get_concrete_function()
-                self.warmup_seconds[f"{kind}_step[{describe_key(key)}]"] = time.perf_counter() - started
+        execute = execute and not tf.config.functions_run_eagerly()
+        snapshot = self.snapshot_state() if execute else None
+        try:
+            for kind, functions in (("train", self.train_functions), ("validate", self.validate_functions)):
+                for key, function in functions.items():
+                    started = time.perf_counter()
+                    if execute:
+                        outputs = function(warmup_batch(self.signatures[key]))  # trace + first run
+                        tf.nest.map_structure(lambda tensor: tensor.numpy(), outputs)  # wait for it
+                    else:
+                        function.get_concrete_function()
+                    self.warmup_seconds[f"{kind}_step[{describe_key(key)}]"] = time.perf_counter() - started
+                    if execute and kind == "train":
+                        self.restore_state(snapshot)
+        finally:
+            if snapshot is not None:
+                self.restore_state(snapshot)
         return dict(self.warmup_seconds)
+
+    # ---- state snapshot (warm-up runs real steps, then puts everything back) ------------------------
+    def state_variables(self) -> list:
+        """Every variable a compiled step can change, each once: model, optimizer, counters, accumulators."""
+        candidates = [*self.model.variables, *self.optimizer.variables, self.micro_step, self.nonfinite_in_a_row,
+                      self.nonfinite_total, self.loss_accumulator, *self.accumulators]
+        seen, unique = set(), []
+        for variable in candidates:
+            if id(variable) not in seen:
+                seen.add(id(variable))
+                unique.append(variable)
+        return unique
+
+    def snapshot_state(self) -> list:
+        """Host copies of every replica's value of every state variable (exact, any strategy)."""
+        return [[np.array(component.numpy(), copy=True) for component in _components(variable, self.strategy)]
+                for variable in self.state_variables()]
+
+    def restore_state(self, snapshot: list) -> None:
+        for variable, values in zip(self.state_variables(), snapshot, strict=True):
+            for component, value in zip(_components(variable, self.strategy), values, strict=True):
+                component.assign(value)
 
     def _lookup(self, functions: dict, batch: dict) -> Callable:
         key = shape_key(batch)
