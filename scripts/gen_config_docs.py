@@ -26,9 +26,58 @@ with different values is an error.
 """
 
 
-def comment_for(name: str) -> str:
+# Keys whose meaning the inline comment in config.py does not give.
+MEANINGS = {
+    "data.corpus_format": "ljspeech: metadata.csv `id|text|normalized` + wavs/; list: `path|text|speaker[|language]`",
+    "data.shuffle_buffer_size": "utterances in the shuffle buffer (row indices, not features)",
+    "data.seed": "seed of shuffling and reference selection (a run is reproducible)",
+    "audio.sample_rate": "Hz; every clip is resampled to it (soxr) at prepare",
+    "audio.n_fft": "FFT size of the STFT",
+    "audio.win_length": "Hann window length (<= n_fft, centred like librosa)",
+    "audio.hop_length": "samples between frames; frames = 1 + samples // hop_length",
+    "audio.n_mels": "mel bands (slaney scale and norm, as librosa htk=False norm='slaney')",
+    "audio.fmin": "lowest mel frequency, Hz",
+    "audio.fmax": "highest mel frequency, Hz (<= sample_rate / 2)",
+    "audio.log_compression": "natural: ln(max(mel, log_floor)); log10; none",
+    "text.phoneme_language": "espeak-ng voice used for phonemes",
+    "model.preset": "tiny (~1.1M parameters, CPU tests), small (~9.5M), base (~61M)",
+    "model.d_model": "model width",
+    "model.num_heads": "attention heads",
+    "model.ff_dim": "feed-forward width of the transformer blocks",
+    "model.text_layers": "transformer blocks of the text encoder",
+    "model.decoder_layers": "causal transformer blocks of the mel decoder",
+    "model.conditioning_layers": "conv layers of the conditioning (reference voice) encoder",
+    "model.num_speaker_latents": "K speaker latent vectors from the reference clip",
+    "model.prenet_dim": "decoder prenet width",
+    "model.postnet_channels": "postnet conv channels",
+    "model.postnet_layers": "postnet conv layers",
+    "model.reduction_factor": "mel frames produced per decoder step",
+    "model.dropout": "dropout rate of the transformer blocks; any value > 0 also turns on the prenet's fixed 0.5 dropout (training only), 0 turns every dropout off",
+    "model.stop_positive_weight": "positive-class weight of the stop-token BCE",
+    "model.guided_attention_weight": "weight of the diagonal-prior guided attention loss (0 disables)",
+    "model.guided_attention_sigma": "width of the diagonal prior",
+    "training.max_steps": "optimizer updates to train",
+    "training.learning_rate": "peak learning rate",
+    "training.warmup_steps": "linear warm-up steps of the schedule",
+    "training.decay": "decay after warm-up",
+    "training.min_learning_rate": "floor of the decay",
+    "training.weight_decay": "AdamW decoupled weight decay (0: none)",
+    "training.gradient_accumulation_steps": "micro-batches accumulated in the compiled graph per update",
+    "training.mixed_precision": "compute dtype; float16 uses dynamic loss scaling",
+    "training.enable_xla_compilation": "jit_compile the same per-shape step functions",
+    "training.log_every": "steps between metrics.jsonl / TensorBoard scalars",
+    "training.validate_every": "steps between teacher-forced validation passes",
+    "training.checkpoint_every": "steps between checkpoints",
+    "training.keep_checkpoints": "checkpoints kept by the CheckpointManager",
+    "training.distribution": "none, mirrored (MirroredStrategy), multi_worker (MultiWorkerMirroredStrategy, TF_CONFIG)",
+    "training.seed": "seed of initialisation and dropout (with deterministic: bit-exact resume)",
+}
+
+
+def comment_for(key: str) -> str:
+    name = key.split(".")[1]
     match = re.search(rf"^\s+{name}: .*?#\s*(.*)$", SOURCE, re.MULTILINE)
-    return match.group(1).strip() if match else ""
+    return match.group(1).strip() if match else MEANINGS.get(key, "")
 
 
 def main() -> None:
@@ -44,7 +93,7 @@ def main() -> None:
         for field in dataclasses.fields(values):
             default = getattr(values, field.name)
             shown = "preset" if default is None else repr(default)
-            print(f"| `{section.name}.{field.name}` | `{shown}` | {comment_for(field.name)} |")
+            print(f"| `{section.name}.{field.name}` | `{shown}` | {comment_for(section.name + '.' + field.name)} |")
         print()
 
 
