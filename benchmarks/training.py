@@ -1,16 +1,23 @@
 """Training throughput: naive dynamic shapes vs reduce_retracing (+XLA) vs fixed padding vs myxtts buckets.
 
-One process, same model preset and data, each mode for --steps steps after its own warm-up:
+One process, same model (same preset, same seed), same corpus, same mel-frame budget per batch:
 
-  (a) naive        batches padded to the batch max, tf.function without input_signature
-  (b) reduce       same batches, tf.function(reduce_retracing=True); (b-xla) with jit_compile=True
-  (c) fixed        data.pad_to_fixed_length: one signature (max_text_length x max_mel_frames)
-  (d) buckets      myxtts: per-bucket signatures, all traced at warm-up
+  (c) fixed        data.pad_to_fixed_length: one signature, batch_size x max_mel_frames padded frames
+  (d) buckets      myxtts: per-bucket signatures, data.batch_frames = that same budget (batch_size x
+                   max_mel_frames) and the per-bucket batch cap lifted, so only the budget sizes a batch;
+                   every step function traced and run once at warm-up (state restored)
+  (d') buckets at the config's own data.batch_frames, reported too (--also-config-budget)
+  (a) naive        (d)'s batches re-padded to their own max lengths, tf.function without input_signature
+  (b) reduce       the same batches, tf.function(reduce_retracing=True); (b-xla) with jit_compile=True
 
-Prints JSON: machine, per mode traces after warm-up, warm-up seconds, step time mean/CV per shape,
-real (unpadded) mel frames/s, input-wait share, and the ratio of (d) to each mode.
+Warm-up is excluded from steady-state throughput and reported apart: (c)/(d) trace + run each compiled
+function once (``TrainingSteps.warm_up``); (a)/(b) count their first --naive-warmup steps as warm-up.
+Prints JSON: machine (incl. load average: the 2 cores are shared), per mode: steps, traces at / after
+warm-up, warm-up seconds, step time mean / CV per batch shape, real (unpadded) mel frames/s, padded
+frames/s, input-wait share, and the ratio of (d) to every mode. A mode that cannot do --steps steps in
+--mode-seconds (naive modes compile almost every step) stops early and says how many it did.
 
-    python benchmarks/training.py --config configs/mini.yaml --steps 40 [--data /work/shared/data/ljspeech-mini]
+    python benchmarks/training.py --config configs/mini.yaml --steps 60 [--data /work/shared/data/ljspeech-mini]
 """
 
 from __future__ import annotations
@@ -23,9 +30,11 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
+from typing import Any, Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -40,36 +49,54 @@ def _strip_to_batch_max(batch: dict, r: int) -> dict:
     return {**batch, "tokens": batch["tokens"][:, :text], "mel": batch["mel"][:, :frames]}
 
 
-def _measure(name, call, iterator, steps, transform=None, warmup_calls=0, counter=None):
-    """Run ``steps`` steps; the first ``warmup_calls`` steps count as warm-up (naive modes)."""
-    per_shape, frames, wait, traces_at_warmup = defaultdict(list), 0.0, 0.0, None
-    warmup_seconds = 0.0
+def _shape_name(batch: dict) -> str:
+    return f"{tuple(batch['tokens'].shape)}/{tuple(batch['mel'].shape[:2])}"
+
+
+def _measure(name: str, call: Callable, iterator, steps: int, max_seconds: float, counter: Callable[[], int],
+             transform: Callable | None = None, warmup_calls: int = 0) -> dict[str, Any]:
+    """Run ``warmup_calls`` + ``steps`` steps; the first ``warmup_calls`` are warm-up (naive modes)."""
+    per_shape: dict[str, list[float]] = defaultdict(list)
+    traced_steps: list[str] = []
+    real_frames = padded_frames = wait = warmup_seconds = 0.0
+    traces_at_warmup = counter()
     started = time.perf_counter()
+    done = 0
     for index in range(steps + warmup_calls):
         t0 = time.perf_counter()
         batch = next(iterator)
         if transform:
             batch = transform(batch)
         t1 = time.perf_counter()
+        traces_before = counter()
         out = call(batch)
         float(out["total"])  # wait for the step
         t2 = time.perf_counter()
         if index < warmup_calls:
             warmup_seconds += t2 - t0
             if index == warmup_calls - 1:
-                traces_at_warmup = counter()
-                started = time.perf_counter()
+                traces_at_warmup, started = counter(), time.perf_counter()
             continue
+        done += 1
+        if counter() != traces_before:
+            traced_steps.append(_shape_name(batch))
         wait += t1 - t0
-        frames += float(np.sum(batch["mel_lengths"]))
-        per_shape[f"{tuple(batch['tokens'].shape)}/{tuple(batch['mel'].shape[:2])}"].append(t2 - t1)
+        real_frames += float(np.sum(batch["mel_lengths"]))
+        padded_frames += float(np.prod(batch["mel"].shape[:2]))
+        per_shape[_shape_name(batch)].append(t2 - t1)
+        if time.perf_counter() - started > max_seconds:
+            break
     elapsed = time.perf_counter() - started
-    return {"mode": name, "steps": steps, "shapes_seen": len(per_shape),
+    cvs = {k: statistics.pstdev(v) / statistics.mean(v) for k, v in per_shape.items() if len(v) > 1}
+    return {"mode": name, "steps": done, "stopped_early": done < steps, "shapes_seen": len(per_shape),
             "warmup_seconds": warmup_seconds, "traces_at_warmup": traces_at_warmup,
-            "traces_after_warmup": (counter() - traces_at_warmup) if traces_at_warmup is not None else None,
-            "step_time": {k: {"mean": statistics.mean(v), "cv": (statistics.pstdev(v) / statistics.mean(v))
-                              if len(v) > 1 else 0.0, "n": len(v)} for k, v in per_shape.items()},
-            "real_mel_frames_per_second": frames / elapsed, "input_wait_share": wait / elapsed, "seconds": elapsed}
+            "traces_after_warmup": counter() - traces_at_warmup, "steps_that_traced": len(traced_steps),
+            "step_time": {k: {"mean": statistics.mean(v), "cv": cvs.get(k), "n": len(v), "first": v[0], "min": min(v),
+                              "max": max(v)} for k, v in per_shape.items()},
+            "step_time_cv_max": max(cvs.values()) if cvs else None,
+            "real_mel_frames_per_second": real_frames / elapsed, "padded_mel_frames_per_second": padded_frames / elapsed,
+            "padding_share": 1.0 - real_frames / max(padded_frames, 1.0),
+            "input_wait_share": wait / elapsed, "seconds": elapsed}
 
 
 def _setup(cfg):
@@ -78,6 +105,7 @@ def _setup(cfg):
     from myxtts.text import Vocabulary
     from myxtts.training.schedule import make_optimizer
     from myxtts.training.steps import TrainingSteps
+    keras.utils.set_random_seed(cfg.training.seed)  # the same initial model in every mode
     pipeline = InputPipeline(cfg, "train")
     vocabulary = Vocabulary.load(cfg.cache_dir / "vocab.json")
     model = build_model(cfg, len(vocabulary.symbols))
@@ -85,12 +113,45 @@ def _setup(cfg):
     return pipeline, steps
 
 
+def _compiled_mode(name: str, cfg, args) -> dict[str, Any]:
+    """(c) / (d): the trainer's compiled per-shape steps, warmed up (trace + one run each) first."""
+    pipeline, steps = _setup(cfg)
+    signatures = pipeline.signatures()
+    steps.build(signatures, lambda f, _name: f)
+    t0 = time.perf_counter()
+    per_function = steps.warm_up()
+    warm = time.perf_counter() - t0
+    count = lambda: sum(f.experimental_get_tracing_count() for f in steps.train_functions.values())  # noqa: E731
+    result = _measure(name, steps.train, iter(pipeline.dataset()), args.steps, float("inf"), count)
+    result.update(warmup_seconds=warm, warmup_per_function=per_function,
+                  batch_shapes=[f"{s['tokens'].shape[0]}x{s['tokens'].shape[1]}t/{s['mel'].shape[1]}f"
+                                for s in signatures],
+                  frame_budget_per_batch=max(s["mel"].shape[0] * s["mel"].shape[1] for s in signatures))
+    return result
+
+
+def _naive_mode(name: str, cfg, args, options: dict) -> dict[str, Any]:
+    pipeline, steps = _setup(cfg)
+    function = tf.function(steps._train_graph, **options)
+    r = cfg.model.reduction_factor
+    try:
+        return _measure(name, function, iter(pipeline.dataset()), args.steps, args.mode_seconds,
+                        function.experimental_get_tracing_count, transform=lambda b: _strip_to_batch_max(b, r),
+                        warmup_calls=args.naive_warmup)
+    except (TypeError, ValueError) as err:  # e.g. a model that reads static dims cannot trace None dims
+        return {"mode": name, "error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}",
+                "traces_before_failure": function.experimental_get_tracing_count()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/mini.yaml")
     parser.add_argument("--data", default=None, help="corpus folder (LJSpeech layout); prepared into a temp cache")
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=60, help="steady-state steps per mode (after warm-up)")
+    parser.add_argument("--mode-seconds", type=float, default=240.0,
+                        help="(a)/(b) stop after this many steady-state seconds (they compile almost every step)")
     parser.add_argument("--naive-warmup", type=int, default=3, help="steps counted as warm-up for (a)/(b)")
+    parser.add_argument("--modes", default="d,c,a,b,bx", help="comma list of d, d_config, c, a, b, bx")
     parser.add_argument("--set", action="append", default=[], dest="overrides")
     args = parser.parse_args()
     overrides = list(args.overrides)
@@ -99,56 +160,41 @@ def main() -> None:
     cfg = load_config(args.config, overrides)
     from myxtts.data.prepare import prepare
     prepare(cfg, progress=False)
-    r = cfg.model.reduction_factor
-    results = []
+    modes = args.modes.split(",")
+    load_before = os.getloadavg()
 
-    # (d) buckets: the myxtts way
-    pipeline, steps = _setup(cfg)
-    steps.build(pipeline.signatures(), lambda f, name: f)
-    t0 = time.perf_counter()
-    steps.warm_up()
-    warm = time.perf_counter() - t0
-    count = lambda: sum(f.experimental_get_tracing_count() for f in steps.train_functions.values())  # noqa: E731
-    result = _measure("d_buckets", steps.train, iter(pipeline.dataset()), args.steps, counter=count, warmup_calls=0)
-    result.update(warmup_seconds=warm, traces_at_warmup=len(steps.train_functions), traces_after_warmup=count() - len(steps.train_functions))
-    results.append(result)
-
-    # (a) naive, (b) reduce_retracing, (b-xla): same data, re-padded to the batch max
-    for name, options in (("a_naive", {}), ("b_reduce_retracing", {"reduce_retracing": True}),
-                          ("b_reduce_retracing_xla", {"reduce_retracing": True, "jit_compile": True})):
-        pipeline, steps = _setup(cfg)
-        function = tf.function(steps._train_graph, **options)
-        try:
-            results.append(_measure(name, function, iter(pipeline.dataset()), args.steps,
-                                    transform=lambda b: _strip_to_batch_max(b, r), warmup_calls=args.naive_warmup,
-                                    counter=function.experimental_get_tracing_count))
-        except (TypeError, ValueError) as err:  # the model reads static dims: a None dim cannot be traced
-            results.append({"mode": name, "error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}",
-                            "traces_before_failure": function.experimental_get_tracing_count()})
-
-    # (c) fixed padding: one signature
+    # the fixed mode's padded frames per batch is the budget every bucket batch gets too
+    budget = cfg.data.batch_size * cfg.data.max_mel_frames
+    bucket_cfg = load_config(args.config, overrides + [f"data.batch_frames={budget}",
+                                                       f"data.batch_size={budget // cfg.data.bucket_multiple}"])
     fixed_cfg = load_config(args.config, overrides + ["data.pad_to_fixed_length=true"])
-    prepare(fixed_cfg, progress=False)
-    pipeline, steps = _setup(fixed_cfg)
-    steps.build(pipeline.signatures(), lambda f, name: f)
-    t0 = time.perf_counter()
-    steps.warm_up()
-    warm = time.perf_counter() - t0
-    count = lambda: sum(f.experimental_get_tracing_count() for f in steps.train_functions.values())  # noqa: E731
-    result = _measure("c_fixed_padding", steps.train, iter(pipeline.dataset()), args.steps, counter=count)
-    result.update(warmup_seconds=warm, traces_at_warmup=1, traces_after_warmup=count() - 1)
-    results.append(result)
+    results = []
+    if "d" in modes:
+        results.append(_compiled_mode("d_buckets", bucket_cfg, args))
+    if "d_config" in modes:
+        results.append(_compiled_mode("d_buckets_config_budget", cfg, args))
+    if "c" in modes:
+        results.append(_compiled_mode("c_fixed_padding", fixed_cfg, args))
+    # (a) naive, (b) reduce_retracing, (b-xla): (d)'s batches re-padded to the batch max
+    for key, name, options in (("a", "a_naive", {}), ("b", "b_reduce_retracing", {"reduce_retracing": True}),
+                               ("bx", "b_reduce_retracing_xla", {"reduce_retracing": True, "jit_compile": True})):
+        if key in modes:
+            results.append(_naive_mode(name, bucket_cfg, args, options))
 
-    buckets = results[0]["real_mel_frames_per_second"]
-    for result in results:
-        if "real_mel_frames_per_second" in result:
-            result["buckets_speedup"] = buckets / result["real_mel_frames_per_second"]
+    reference = next((r for r in results if r["mode"] == "d_buckets"), None)
+    if reference is not None:
+        for result in results:
+            if "real_mel_frames_per_second" in result:
+                result["d_buckets_speedup"] = (reference["real_mel_frames_per_second"] /
+                                               result["real_mel_frames_per_second"])
     print(json.dumps({"benchmark": "training", "config": args.config, "data": str(cfg.corpus_path),
                       "model_preset": cfg.model.preset, "steps_per_mode": args.steps,
+                      "frame_budget_per_batch": budget, "overrides": args.overrides,
                       "machine": {"platform": platform.platform(), "processor": platform.processor(),
                                   "cpus": os.cpu_count(), "python": platform.python_version(),
                                   "tensorflow": tf.__version__,
-                                  "gpus": [d.name for d in tf.config.list_physical_devices("GPU")]},
+                                  "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
+                                  "load_average_before": load_before, "load_average_after": os.getloadavg()},
                       "results": results}, indent=2))
 
 
