@@ -184,3 +184,18 @@ def test_example_scripts_are_flagged(tmp_path):
 def test_package_source_is_clean():
     findings = lint_paths([PACKAGE])
     assert findings == [], "\n".join(f.format() for f in findings)
+
+
+def test_signature_list_given_to_tf_function_in_loop_is_not_a_scalar_argument():
+    # a table of compiled functions, one per signature, built in a loop: no finding at all
+    found = _rules("""
+        import tensorflow as tf
+
+        def step(x):
+            return x * 2
+
+        functions = {}
+        for spec in [tf.TensorSpec([2, 3]), tf.TensorSpec([4, 3])]:
+            functions[tuple(spec.shape)] = tf.function(step, input_signature=[spec])
+    """)
+    assert found == []

@@ -239,7 +239,7 @@ class ModuleLinter(ast.NodeVisitor):
                 self.add("tf-function-in-loop", node, f"{name}() creates a tf.function and is called in a loop: a "
                          "new function (and a new trace) per call.", f"call {name}() once before the loop and "
                          "reuse the function it returns.")
-            if name.split(".")[-1] in self.tf_functions:
+            if name.split(".")[-1] in self.tf_functions and not is_tf_function_expr(node.func):
                 for argument in list(node.args) + [k.value for k in node.keywords]:
                     if _is_python_scalar(argument, loop_names):
                         self.add("python-scalar-argument", argument, f"a Python {_kind(argument)} passed to "
