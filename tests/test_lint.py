@@ -194,8 +194,10 @@ def test_signature_list_given_to_tf_function_in_loop_is_not_a_scalar_argument():
         def step(x):
             return x * 2
 
-        functions = {}
+        table = {}
         for spec in [tf.TensorSpec([2, 3]), tf.TensorSpec([4, 3])]:
-            functions[tuple(spec.shape)] = tf.function(step, input_signature=[spec])
+            function = tf.function(step, input_signature=[spec])  # a variable named like the decorator
+            table[tuple(spec.shape)] = function
+            table[("validate",) + tuple(spec.shape)] = tf.function(step, input_signature=[spec])
     """)
     assert found == []
