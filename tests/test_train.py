@@ -12,6 +12,7 @@ import tensorflow as tf
 import yaml
 
 from myxtts.config import config_from_dict
+from myxtts.diagnostics import FIRST_TRACE
 
 TINY_TINY = {"preset": "tiny", "d_model": 32, "num_heads": 2, "ff_dim": 64, "text_layers": 1, "decoder_layers": 1,
              "conditioning_layers": 1, "prenet_dim": 32, "postnet_channels": 32, "postnet_layers": 2}
@@ -50,6 +51,9 @@ def test_cli_trains_200_shuffled_steps_without_a_single_retrace(prepared_cache, 
     assert shapes >= 2  # variable-length buckets really were exercised
     assert all(info["traces"] == 1 for info in summary["traces"].values())  # traced once each, at warm-up
     assert summary["warmup_traces"] == 2 * shapes + 1  # train + validate per shape, + the summary function
+    # warm-up calls go through the retrace monitor: retraces.jsonl holds exactly those first traces, all expected
+    events = [json.loads(line) for line in (tmp_path / "run" / "retraces.jsonl").read_text().splitlines()]
+    assert len(events) == 2 * shapes + 1 and all(event["cause"] == FIRST_TRACE for event in events)
     assert summary["loss_last"] < 0.8 * summary["loss_first"]  # learns on real speech
     assert summary["validation_loss"] is not None and np.isfinite(summary["validation_loss"])
     run = tmp_path / "run"

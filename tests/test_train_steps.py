@@ -111,7 +111,7 @@ def test_unknown_shape_is_refused_not_traced():
 
 
 @pytest.mark.parametrize("precision, accumulation", [("float32", 1), ("float16", 2)])
-def test_warm_up_runs_every_function_once_and_restores_every_variable_exactly(precision, accumulation):
+def test_warm_up_runs_every_function_and_restores_every_variable_exactly(precision, accumulation):
     """Warm-up traces AND runs each step (through the monitor: it counts the traces as warm-up), then puts
     model, optimizer (iterations, moments, loss scale), counters and accumulators back bit for bit."""
     from myxtts.training.monitor import TraceAccounting
@@ -132,12 +132,13 @@ def test_warm_up_runs_every_function_once_and_restores_every_variable_exactly(pr
         inner = optimizer.inner_optimizer
         assert {id(optimizer.dynamic_scale), id(inner.iterations), *map(id, inner.variables)} <= tracked
     assert len(steps.state_variables()) > len(model.trainable_variables) * 2  # weights + Adam moments + ...
-    seconds = steps.warm_up()
+    seconds = steps.warm_up(runs=2)  # restored after each run
     after = [v.numpy() for v in steps.state_variables()]
     assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(before, after))
     assert sorted(seconds) == sorted(f"{kind}_step[batch {b} x text {t} x mel {m}]"
                                      for kind in ("train", "validate") for b, t, m in ((2, 10, 24), (3, 8, 16)))
     assert all(value > 0 for value in seconds.values())
+    assert all(len(runs) == 2 and sum(runs) == seconds[name] for name, runs in steps.warmup_runs_seconds.items())
     # every function traced exactly once, in warm-up, and the monitor saw each of those traces
     counts = traces.counts()
     assert len(counts) == 4 and counts["train_step[bucket 0: batch 2 x text 10 x mel 24]"] == 1

@@ -92,7 +92,8 @@ class TrainingSteps:
             self.loss_accumulator = tf.Variable(0.0, trainable=False, name="loss_accumulator")
         self.train_functions: dict[ShapeKey, Callable] = {}
         self.validate_functions: dict[ShapeKey, Callable] = {}
-        self.warmup_seconds: dict[str, float] = {}  # "<kind>_step[<shape>]" -> trace + first run seconds
+        self.warmup_seconds: dict[str, float] = {}  # "<kind>_step[<shape>]" -> trace + warm-up runs, seconds
+        self.warmup_runs_seconds: dict[str, list[float]] = {}  # same keys -> [trace + first run, any later runs]
         self.signatures: dict[ShapeKey, dict] = {}
 
     # ---- state that must be checkpointed ---------------------------------------------------------
@@ -223,33 +224,42 @@ class TrainingSteps:
             self.validate_functions[key] = wrap(tf.function(self._validate_graph, **options),
                                                 f"validate_step[{label}]")
 
-    def warm_up(self, execute: bool = True) -> dict[str, float]:
-        """Trace every compiled function and (``execute``) run it once; seconds per function.
+    def warm_up(self, execute: bool = True, runs: int = 1) -> dict[str, float]:
+        """Trace every compiled function and (``execute``) run it ``runs`` times; seconds per function.
 
         Tracing alone leaves TF's graph optimisation (grappler, kernel creation) to the first real call of
         each shape, a few seconds each: that is what made early steps of every bucket slow. So each
         function is *called* (through its monitor wrapper, which therefore sees and counts the trace) on a
         dummy batch of its own signature, and every variable a step can change (model, optimizer incl.
         iterations and loss scale, counters, accumulators) is restored bit for bit afterwards: warm-up
-        leaves no trace in training. Under ``tf.config.run_functions_eagerly`` a call would not trace,
+        leaves no trace in training (also with ``runs`` > 1: restored after every run). Under ``tf.config.run_functions_eagerly`` a call would not trace,
         only run eagerly, so there it only traces (``get_concrete_function``), as with ``execute=False``.
+        ``warmup_runs_seconds`` keeps each function's [trace + first run, later runs...] seconds (a
+        second run takes the steady-state step time: one run is enough).
         """
         if not self.cfg.training.enable_graph_mode:
             return {}
-        execute = execute and not tf.config.functions_run_eagerly()
+        execute = execute and runs > 0 and not tf.config.functions_run_eagerly()
         snapshot = self.snapshot_state() if execute else None
         try:
             for kind, functions in (("train", self.train_functions), ("validate", self.validate_functions)):
                 for key, function in functions.items():
-                    started = time.perf_counter()
-                    if execute:
-                        outputs = function(warmup_batch(self.signatures[key]))  # trace + first run
-                        tf.nest.map_structure(lambda tensor: tensor.numpy(), outputs)  # wait for it
-                    else:
+                    name = f"{kind}_step[{describe_key(key)}]"
+                    timings = []
+                    if not execute:
+                        started = time.perf_counter()
                         function.get_concrete_function()
-                    self.warmup_seconds[f"{kind}_step[{describe_key(key)}]"] = time.perf_counter() - started
-                    if execute and kind == "train":
-                        self.restore_state(snapshot)
+                        timings.append(time.perf_counter() - started)
+                    for _ in range(runs if execute else 0):
+                        batch = warmup_batch(self.signatures[key])
+                        started = time.perf_counter()
+                        outputs = function(batch)  # the first call traces, then runs (graph optimisation)
+                        tf.nest.map_structure(lambda tensor: tensor.numpy(), outputs)  # wait for it
+                        timings.append(time.perf_counter() - started)
+                        if kind == "train":
+                            self.restore_state(snapshot)
+                    self.warmup_runs_seconds[name] = timings
+                    self.warmup_seconds[name] = sum(timings)
         finally:
             if snapshot is not None:
                 self.restore_state(snapshot)
