@@ -108,7 +108,8 @@ def _measure(name: str, call: Callable, iterator, steps: int, max_seconds: float
             "step_time": {k: {"mean": statistics.mean(v), "cv": cvs.get(k), "n": len(v), "first": v[0], "min": min(v),
                               "max": max(v)} for k, v in per_shape.items()},
             "step_time_cv_max": max(cvs.values()) if cvs else None,
-            "real_mel_frames_per_second": real_frames / elapsed, "padded_mel_frames_per_second": padded_frames / elapsed,
+            "real_mel_frames_per_second": real_frames / elapsed,
+            "padded_mel_frames_per_second": padded_frames / elapsed,
             "padding_share": 1.0 - real_frames / max(padded_frames, 1.0),
             "input_wait_share": wait / elapsed, "seconds": elapsed}
 

@@ -1,8 +1,8 @@
 """The trainer: ``run(cfg, workdir, resume)`` in named stages: config, data, model, checkpoint, compile, loop.
 
 Promises: every step is a compiled graph with a static input_signature, one per batch shape of the
-pipeline, all traced and run once at warm-up (weights and counters restored; a trace afterwards is a bug; ``training.strict_retracing`` raises with
-the explainer's explanation); nothing on the hot path but ``next(iterator)`` and the compiled call.
+pipeline, all traced and run once at warm-up (weights and counters restored exactly); a trace afterwards
+is a bug (``training.strict_retracing`` raises with the explainer's explanation); nothing on the hot path but ``next(iterator)`` and the compiled call.
 
 Run directory (what ``myxtts.synthesize`` relies on)::
 

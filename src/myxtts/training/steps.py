@@ -232,8 +232,9 @@ class TrainingSteps:
         function is *called* (through its monitor wrapper, which therefore sees and counts the trace) on a
         dummy batch of its own signature, and every variable a step can change (model, optimizer incl.
         iterations and loss scale, counters, accumulators) is restored bit for bit afterwards: warm-up
-        leaves no trace in training (also with ``runs`` > 1: restored after every run). Under ``tf.config.run_functions_eagerly`` a call would not trace,
-        only run eagerly, so there it only traces (``get_concrete_function``), as with ``execute=False``.
+        leaves no trace in training (also with ``runs`` > 1: restored after every run). Under
+        ``tf.config.run_functions_eagerly`` a call would not trace, only run eagerly, so there it only
+        traces (``get_concrete_function``), as with ``execute=False``.
         ``warmup_runs_seconds`` keeps each function's [trace + first run, later runs...] seconds (a
         second run takes the steady-state step time: one run is enough).
         """
