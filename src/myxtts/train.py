@@ -2,7 +2,8 @@
 
 Promises: every step is a compiled graph with a static input_signature, one per batch shape of the
 pipeline, all traced and run once at warm-up (weights and counters restored exactly); a trace afterwards
-is a bug (``training.strict_retracing`` raises with the explainer's explanation); nothing on the hot path but ``next(iterator)`` and the compiled call.
+is a bug (``training.strict_retracing`` raises with the explainer's explanation); nothing on the hot
+path but ``next(iterator)`` and the compiled call.
 
 Run directory (what ``myxtts.synthesize`` relies on)::
 
