@@ -112,6 +112,16 @@ def test_inside_dataset_map_equals_eager(frontend, clips):
         np.testing.assert_allclose(mel.numpy(), frontend(wave).numpy(), rtol=0, atol=1e-5)
 
 
+def test_in_graph_ops_equal_compiled_call_inside_map(frontend, clips):
+    paths = [str(path) for path in bundled_wavs(3)]
+    dataset = tf.data.Dataset.from_tensor_slices(paths).map(
+        lambda path: frontend.in_graph(tf_load_wav(path, SAMPLE_RATE)), num_parallel_calls=2, deterministic=True)
+    for mel, wave in zip(dataset, clips):
+        np.testing.assert_allclose(mel.numpy(), frontend(wave).numpy(), rtol=0, atol=1e-5)
+    batch = np.stack([clips[0][:20000], clips[1][:20000]])  # [2, samples]
+    np.testing.assert_allclose(frontend.in_graph(tf.constant(batch)).numpy(), frontend(batch).numpy(), atol=1e-5)
+
+
 def test_no_retrace_over_lengths(clips):
     frontend = MelFrontend(AudioConfig())
     for length in (4000, 7001, 12345, 20000, 33333):

@@ -230,10 +230,15 @@ class MelFrontend:
         stft = tf.signal.stft(padded, frame_length=self.n_fft, frame_step=self.hop_length,
                               fft_length=self.n_fft, window_fn=self._window_fn, pad_end=False)
         # stft: [batch, frames, n_fft // 2 + 1] complex64
+        # |X|^2 from real and imaginary parts: ~1.4x faster on CPU than tf.abs on complex64 (measured in a
+        # tf.data map on real clips), and exact to float32 rounding for audio magnitudes.
+        power = tf.math.square(tf.math.real(stft)) + tf.math.square(tf.math.imag(stft))
         if self.mel_power == 2.0:
-            spectrum = tf.math.square(tf.math.real(stft)) + tf.math.square(tf.math.imag(stft))
+            spectrum = power
+        elif self.mel_power == 1.0:
+            spectrum = tf.math.sqrt(power)
         else:
-            spectrum = tf.math.pow(tf.math.abs(stft), self.mel_power)
+            spectrum = tf.math.pow(power, self.mel_power / 2.0)
         return tf.linalg.matmul(spectrum, self.mel_matrix)  # [batch, frames, n_mels]
 
     def _reflect_pad(self, waveform: tf.Tensor) -> tf.Tensor:
@@ -247,6 +252,16 @@ class MelFrontend:
         return self._batched(waveform[tf.newaxis, :])[0]  # [frames, n_mels]
 
     # -- public ----------------------------------------------------------------------------------
+    def in_graph(self, waveform: tf.Tensor) -> tf.Tensor:
+        """The same log mel as ``__call__`` as plain ops, for use inside another graph (a tf.data map).
+
+        Calling the compiled ``__call__`` from inside a ``Dataset.map`` nests a function call per element,
+        which measured ~2x slower on 2 CPU cores than inlining the ops.
+        """
+        if waveform.shape.rank == 1:
+            return self._single(waveform)  # [frames, n_mels]
+        return self._batched(waveform)  # [batch, frames, n_mels]
+
     def __call__(self, waveform: tf.Tensor | np.ndarray) -> tf.Tensor:
         waveform = tf.convert_to_tensor(waveform, dtype=tf.float32)
         rank = waveform.shape.rank

@@ -166,7 +166,7 @@ class _WavSource:
         self.tokens = tf.RaggedTensor.from_row_lengths(tf.constant(flat), tf.constant(self.token_lengths))
 
     def _mel(self, waveform: tf.Tensor) -> tf.Tensor:
-        return tf.ensure_shape(self.frontend(waveform), [None, self.n_mels])  # [frames, n_mels]
+        return tf.ensure_shape(self.frontend.in_graph(waveform), [None, self.n_mels])  # [frames, n_mels]
 
     def parse(self, row: tf.Tensor) -> dict[str, tf.Tensor]:
         from myxtts.audio import tf_load_wav
