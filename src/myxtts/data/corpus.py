@@ -74,6 +74,18 @@ def read_corpus(path: str | Path, corpus_format: str, language: str = "en") -> C
     raise ValueError(f"Unknown corpus format {corpus_format!r} (data.corpus_format): use 'ljspeech' or 'list'.")
 
 
+def _split_fields(file: Path, line_number: int, line: str, counts: tuple[int, int], layout: str,
+                  result: CorpusReadResult) -> list[str] | None:
+    """The '|'-separated fields of a line, or None after recording a wrong_field_count rejection."""
+    fields = line.split("|")
+    if len(fields) in counts:
+        return fields
+    result.rejections.append(Rejection(str(file), line_number, WRONG_FIELD_COUNT,
+                                       f"{file}:{line_number}: expected '{layout}' ({counts[0]} or {counts[1]} "
+                                       f"fields), got {len(fields)}."))
+    return None
+
+
 def read_ljspeech(folder: Path, language: str = "en") -> CorpusReadResult:
     metadata = folder / "metadata.csv"
     if not metadata.is_file():
@@ -82,11 +94,8 @@ def read_ljspeech(folder: Path, language: str = "en") -> CorpusReadResult:
     result = CorpusReadResult(source=metadata)
     seen: dict[str, int] = {}
     for line_number, line in _decoded_lines(metadata, result):
-        fields = line.split("|")
-        if len(fields) not in (2, 3):
-            result.rejections.append(Rejection(str(metadata), line_number, WRONG_FIELD_COUNT,
-                                               f"{metadata}:{line_number}: expected 'id|text|normalized' "
-                                               f"(2 or 3 fields), got {len(fields)}."))
+        fields = _split_fields(metadata, line_number, line, (2, 3), "id|text|normalized", result)
+        if fields is None:
             continue
         utterance_id = fields[0].strip()
         # the normalized column (numbers and abbreviations expanded) when present, else the raw text
@@ -104,11 +113,8 @@ def read_list(list_file: Path, language: str = "en") -> CorpusReadResult:
     result = CorpusReadResult(source=list_file)
     seen: dict[str, int] = {}
     for line_number, line in _decoded_lines(list_file, result):
-        fields = line.split("|")
-        if len(fields) not in (3, 4):
-            result.rejections.append(Rejection(str(list_file), line_number, WRONG_FIELD_COUNT,
-                                               f"{list_file}:{line_number}: expected 'path|text|speaker[|language]' "
-                                               f"(3 or 4 fields), got {len(fields)}."))
+        fields = _split_fields(list_file, line_number, line, (3, 4), "path|text|speaker[|language]", result)
+        if fields is None:
             continue
         relative = fields[0].strip()
         speaker = fields[2].strip()
