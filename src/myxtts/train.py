@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.config import Config, save_config
+from myxtts.diagnostics.tf_warning import expected_traces
 from myxtts.training.checkpoint import Checkpoints
 from myxtts.training.distribute import check_divisible, is_chief, make_strategy
 from myxtts.training.monitor import MetricsLog, StepTimer, TraceAccounting, format_summary
@@ -125,7 +126,10 @@ class Trainer:
         started = time.perf_counter()
         # every step function traced AND run once (state restored), so no bucket's first real step pays
         # TF's graph optimisation; the calls go through the monitor, which counts these traces as warm-up
-        self.warmup = self.steps.warm_up()
+        # one tf.function per bucket wraps the same method, so TF's generic "N out of the last M calls
+        # triggered retracing" warning fires on these expected first traces; the monitor keeps them all
+        with expected_traces():
+            self.warmup = self.steps.warm_up()
         if self.summary_function is not None and t.enable_graph_mode:
             begin = time.perf_counter()
             outputs = self.summary_function(self.summary_batch)  # forward only: changes no variable
