@@ -6,7 +6,7 @@ Loaders (clip -> log mel, same parallelism, every clip of the corpus per pass, n
 between passes):
   (a) baseline: tf.numpy_function + librosa load + librosa mel (the original design);
   (b) TF ops on the fly: tf_load_wav + MelFrontend inside Dataset.map (the pipeline's parse map);
-  (c) prepared cache: gather from the in-memory RaggedTensors (the pipeline's parse map).
+  (c) prepared cache: read one utterance file per clip (tf.io.read_file + decode_raw; the pipeline's parse map).
 Plus the full InputPipeline from the cache (batches with references, buckets, prefetch).
 
 Fill: real / padded mel frames and text tokens for fixed padding vs buckets, on the real clips and

@@ -58,7 +58,7 @@ def main() -> None:
     from myxtts.config import config_from_dict
     from myxtts.evaluate import machine_description
     from myxtts.model import build_model
-    from myxtts.synthesize import Synthesizer, save_run
+    from myxtts.synthesis import Synthesizer, save_run
     from myxtts.text import Vocabulary
 
     corpus = REPO / "data" / "ljspeech-bundled"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import myxtts  # noqa: E402,F401  (first: records the environment TF reads at import, runtime.py)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BUNDLED_CORPUS = REPO_ROOT / "data" / "ljspeech-bundled"

@@ -33,7 +33,8 @@ def test_prepare_then_stats(tmp_path: Path, corpus_copy: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "accepted: 6 utterances" in result.output and "wrong_field_count: 1" in result.output
     assert "rejected.csv" in result.output and (tmp_path / "cache" / "manifest.json").is_file()
-    again = runner.invoke(main, ["prepare", "--config", str(config), "--no-progress"])
+    assert "6 processed (6 new, 0 changed" in result.output and "clips/s" in result.output
+    again = runner.invoke(main, ["prepare", "--config", str(config), "--no-progress", "--workers", "1"])
     assert again.exit_code == 0 and "up to date" in again.output and "reused" in again.output
     changed = runner.invoke(main, ["prepare", "--config", str(config), "--no-progress", "--set", "audio.fmax=7000"])
     assert changed.exit_code == 0 and "feature hash changed" in changed.output and "audio.fmax" in changed.output

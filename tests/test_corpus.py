@@ -71,8 +71,8 @@ def test_list_format_with_speakers_languages_and_relative_paths(tmp_path: Path, 
             "no speaker field|x"]
     list_file.write_text("\n".join(rows) + "\n", encoding="utf-8")
     result = read_corpus(list_file, "list", language="fr")
-    assert [e.id for e in result.entries] == ["../audio/spk0/clip", "../audio/spk1/clip",
-                                              f"../audio/spk0/{wavs[2].stem}"]
+    assert [e.id for e in result.entries] == ["../audio/spk0/clip.wav", "../audio/spk1/clip.wav",
+                                              f"../audio/spk0/{wavs[2].name}"]
     assert [e.speaker for e in result.entries] == ["alice", "bob", "alice"]
     assert [e.language for e in result.entries] == ["fr", "de", "fr"]
     assert result.entries[0].audio_path == (tmp_path / "audio" / "spk0" / "clip.wav").resolve()
@@ -84,3 +84,21 @@ def test_unusable_corpus_path_raises_a_clear_error(tmp_path: Path) -> None:
         read_corpus(tmp_path, "ljspeech")
     with pytest.raises(ValueError, match="not found"):
         read_corpus(tmp_path / "missing.txt", "list")
+
+
+def test_list_ids_keep_the_extension_so_flac_and_ogg_do_not_collide(tmp_path: Path, bundled_corpus: Path) -> None:
+    import soundfile
+
+    wavs = sorted((bundled_corpus / "wavs").glob("*.wav"))
+    (tmp_path / "audio").mkdir()
+    for wav, suffix in zip(wavs[:2], ("flac", "ogg")):
+        audio, rate = soundfile.read(str(wav), dtype="float32")
+        soundfile.write(str(tmp_path / "audio" / f"clip.{suffix}"), audio, rate)
+    list_file = tmp_path / "list.txt"
+    list_file.write_text("audio/clip.flac|first text|alice\naudio/clip.ogg|second text|alice\n"
+                         "audio/clip.flac|again|alice\n", encoding="utf-8")
+    result = read_corpus(list_file, "list")
+    assert [e.id for e in result.entries] == ["audio/clip.flac", "audio/clip.ogg"]
+    assert [e.audio_path.suffix for e in result.entries] == [".flac", ".ogg"]
+    assert [(r.line, r.reason) for r in result.rejections] == [(3, "duplicate_id")]
+    assert "line 1" in result.rejections[0].message and f"{list_file}:3" in result.rejections[0].message

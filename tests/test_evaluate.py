@@ -14,7 +14,7 @@ from click.testing import CliRunner
 @pytest.fixture(scope="module")
 def cached_run(prepared_cache, tmp_path_factory):
     from myxtts.model import build_model
-    from myxtts.synthesize import save_run
+    from myxtts.synthesis import save_run
     from myxtts.text import Vocabulary
 
     vocabulary = Vocabulary.load(prepared_cache.cache_dir / "vocab.json")
@@ -25,7 +25,7 @@ def cached_run(prepared_cache, tmp_path_factory):
 
 def test_length_policy_comes_from_the_cache(cached_run, prepared_cache):
     from myxtts.data.cache import FeatureCache
-    from myxtts.synthesize import Synthesizer
+    from myxtts.synthesis import Synthesizer
 
     policy = Synthesizer.from_run(cached_run).lengths
     assert "cache" in policy.source

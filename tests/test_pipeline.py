@@ -178,19 +178,22 @@ def test_small_functions_eager_and_in_map() -> None:
         assert speakers[int(other)] == speakers[row] and piece.shape == (8, 3) and int(piece_length) == 8
 
 
-# ---- two speakers: references -----------------------------------------------------------------
+# ---- several speakers with unequal clip counts: references never leak the target ------------------
+
+SPEAKER_CLIPS = {"alice": 5, "bob": 3, "carol": 1}  # carol has a single clip
+
 
 @pytest.fixture(scope="module")
-def two_speaker_cfg(tmp_path_factory, bundled_corpus: Path):
+def multi_speaker(tmp_path_factory, bundled_corpus: Path):
     from myxtts.config import config_from_dict
     from myxtts.data.prepare import prepare
 
-    root = tmp_path_factory.mktemp("two_speakers")
+    root = tmp_path_factory.mktemp("multi_speakers")
     lines = [line.split("|") for line in (bundled_corpus / "metadata.csv").read_text(encoding="utf-8").splitlines()
-             if line][:10]
+             if line]
+    speakers = [name for name, count in SPEAKER_CLIPS.items() for _ in range(count)]
     rows = []
-    for index, (utterance_id, _, text) in enumerate(lines):
-        speaker = "alice" if index % 2 == 0 else "bob"
+    for speaker, (utterance_id, _, text) in zip(speakers, lines):
         (root / speaker).mkdir(exist_ok=True)
         shutil.copy(bundled_corpus / "wavs" / f"{utterance_id}.wav", root / speaker / f"{utterance_id}.wav")
         rows.append(f"{speaker}/{utterance_id}.wav|{text}|{speaker}")
@@ -198,8 +201,12 @@ def two_speaker_cfg(tmp_path_factory, bundled_corpus: Path):
     cfg = config_from_dict({"data": {"corpus_path": str(root / "list.txt"), "corpus_format": "list",
                                      "cache_dir": str(root / "cache"), "validation_size": 1, "num_buckets": 2,
                                      "batch_frames": 1800, "batch_size": 4, "reference_frames": 64}}, base_dir=root)
-    prepare(cfg, progress=False)
-    return cfg
+    return cfg, prepare(cfg, progress=False)
+
+
+@pytest.fixture(scope="module")
+def two_speaker_cfg(multi_speaker):
+    return multi_speaker[0]
 
 
 def _source_of_reference(reference: np.ndarray, length: int, cache: FeatureCache) -> set[int]:
@@ -213,22 +220,49 @@ def _source_of_reference(reference: np.ndarray, length: int, cache: FeatureCache
     return found
 
 
-def test_references_come_from_another_utterance_of_the_same_speaker(two_speaker_cfg) -> None:
-    cache = FeatureCache.load(two_speaker_cfg)
-    assert cache.speakers == ["alice", "bob"]
+def test_single_clip_speakers_are_counted_by_prepare(multi_speaker) -> None:
+    cfg, result = multi_speaker
+    manifest = result.manifest
+    assert manifest["counts"]["single_clip"] == {"speakers": 1, "clips": 1}
+    carol = [i for i in manifest["single_clip_ids"]]
+    assert len(carol) == 1 and carol[0].startswith("carol/")
+    assert carol[0] not in manifest["splits"]["validation"]  # validation clips all have a reference
+    assert "single-clip speakers: 1 speaker(s), 1 clip(s) not trained on" in result.summary()
+
+
+@pytest.mark.parametrize("split", ["train", "validation"])
+def test_no_batch_has_a_reference_cut_from_its_own_target(multi_speaker, split, caplog) -> None:
+    cfg, result = multi_speaker
+    cache = FeatureCache.load(cfg)
+    assert cache.speakers == ["alice", "bob", "carol"]
     lookup = by_tokens(cache)
-    pipeline = InputPipeline(two_speaker_cfg, cache=cache)
-    checked = 0
-    for batch in pipeline.dataset().take(4):
+    with caplog.at_level("WARNING"):
+        pipeline = InputPipeline(cfg, split=split, cache=cache)
+    carol = cache.ids.index(result.manifest["single_clip_ids"][0])
+    if split == "train":
+        assert pipeline.single_clip_ids == [cache.ids[carol]] and "single-clip speakers: 1" in caplog.text
+    dataset = pipeline.dataset(repeat=split == "train")
+    seen_speakers, checked = set(), 0
+    for batch in (dataset.take(12) if split == "train" else dataset):
         batch = {key: value.numpy() for key, value in batch.items()}
         for i in range(batch["tokens"].shape[0]):
             row = lookup[tuple(batch["tokens"][i, :batch["token_lengths"][i]].tolist())]
-            sources = _source_of_reference(batch["reference_mel"][i], batch["reference_lengths"][i], cache)
-            assert sources and all(cache.speaker_ids[s] == cache.speaker_ids[row] for s in sources)
-            assert row not in sources  # each speaker has several utterances: never itself
+            assert row != carol  # the single-clip speaker's clip is never a training target
+            length = batch["reference_lengths"][i]
+            target = cache.utterance_mel(row).astype(np.float32)
+            reference = batch["reference_mel"][i, :length]
+            # the reference is no slice of the target's own mel
+            assert not any(np.array_equal(target[start:start + length], reference)
+                           for start in range(target.shape[0] - length + 1))
+            sources = _source_of_reference(batch["reference_mel"][i], length, cache)
+            assert sources and row not in sources and carol not in sources
+            assert all(cache.speaker_ids[s] == cache.speaker_ids[row] for s in sources)
             assert batch["speaker_ids"][i] == cache.speaker_ids[row]
+            seen_speakers.add(int(cache.speaker_ids[row]))
             checked += 1
-    assert checked >= 4
+    assert checked >= (12 if split == "train" else 1)
+    if split == "train":
+        assert seen_speakers == {0, 1}  # both multi-clip speakers, unequal counts, are trained on
 
 
 def test_on_the_fly_mel_equals_the_cached_mel(two_speaker_cfg) -> None:
@@ -254,3 +288,28 @@ def test_on_the_fly_mel_equals_the_cached_mel(two_speaker_cfg) -> None:
     assert checked >= 4
     graph = pipeline.dataset()._as_serialized_graph().numpy()
     assert not any(op.encode() in graph for op in ("EagerPyFunc", "PyFuncStateless"))
+
+
+# ---- streaming: features stay on disk; a saved iterator resumes exactly --------------------------
+
+def test_features_are_streamed_not_embedded_in_the_graph(prepared_cache, cache) -> None:
+    graph = InputPipeline(prepared_cache, cache=cache).dataset()._as_serialized_graph().numpy()
+    feature_bytes = int(cache.mel_lengths.sum()) * cache.n_mels * 2  # every float16 mel of the cache
+    assert len(graph) < feature_bytes / 10  # paths and lengths only, no mel constant
+    assert b"ReadFile" in graph
+
+
+def test_a_saved_iterator_resumes_exactly(prepared_cache, cache, tmp_path) -> None:
+    pipeline = InputPipeline(prepared_cache, cache=cache)
+    iterator = iter(pipeline.dataset())
+    for _ in range(3):
+        next(iterator)
+    checkpoint = tf.train.Checkpoint(iterator=iterator)
+    path = checkpoint.write(str(tmp_path / "iterator"))
+    expected = [next(iterator) for _ in range(4)]
+    restored = iter(InputPipeline(prepared_cache, cache=cache).dataset())
+    tf.train.Checkpoint(iterator=restored).read(path).assert_consumed()
+    for want in expected:
+        got = next(restored)
+        for key in BATCH_KEYS:
+            np.testing.assert_array_equal(got[key].numpy(), want[key].numpy())

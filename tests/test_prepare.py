@@ -93,7 +93,7 @@ def bad_result(bad_corpus, tmp_path_factory):
 
     root, _, _ = bad_corpus
     cfg = config_from_dict({"data": {"corpus_path": str(root), "cache_dir": str(root / "cache"),
-                                     "validation_size": 1, "cache_shard_size": 3}}, base_dir=root)
+                                     "validation_size": 1}}, base_dir=root)
     return cfg, prepare(cfg, progress=False)
 
 
@@ -132,11 +132,16 @@ def test_stereo_and_other_rates_are_converted(bad_corpus, bad_result) -> None:
     assert np.all(np.isfinite(stereo.astype(np.float32)))
 
 
-def test_cache_layout_manifest_and_shards(bad_result) -> None:
+def test_cache_layout_manifest_and_utterance_files(bad_result) -> None:
     cfg, result = bad_result
     manifest = json.loads((cfg.cache_dir / "manifest.json").read_text())
     assert manifest["feature_hash"] == cfg.feature_hash() and manifest["mel_dtype"] == "float16"
-    assert [s["count"] for s in manifest["shards"]] == [3, 3]  # cache_shard_size 3
+    assert manifest["format_version"] == 2 and manifest["languages"] == ["en"]
+    files = sorted(p.relative_to(cfg.cache_dir).as_posix() for p in (cfg.cache_dir / "utterances").glob("*/*"))
+    accepted = [c["file"] for c in manifest["clips"].values() if "file" in c]
+    assert len(files) == 6 and sorted(accepted) == files  # one file per accepted utterance, nothing else
+    # the 8 audio / text verdicts are remembered per clip (line-level ones are re-read from the metadata)
+    assert sum("rejected" in c for c in manifest["clips"].values()) == 8
     assert len(manifest["splits"]["validation"]) == 1 and len(manifest["splits"]["train"]) == 5
     assert {"tensorflow", "numpy", "myxtts"} <= set(manifest["versions"]) and manifest["created"]
     assert manifest["hours"] > 0 and manifest["speakers"] == ["ljspeech"]
@@ -147,6 +152,10 @@ def test_cache_layout_manifest_and_shards(bad_result) -> None:
     assert cache.tokens.shape[0] == cache.token_lengths.sum()
     tokens = cache.utterance_tokens(0)
     assert tokens[0] == 1 and tokens[-1] == 2  # bos ... eos
+    from myxtts.data.cache import read_utterance
+    file_tokens, file_mel = read_utterance(cfg.cache_dir / cache.files[0])
+    np.testing.assert_array_equal(file_tokens, tokens)
+    assert file_mel.shape == (cache.mel_lengths[0], cfg.audio.n_mels)
 
 
 def test_rerun_reuses_and_a_changed_parameter_rebuilds(tmp_path: Path, corpus_copy: Path) -> None:
@@ -171,6 +180,55 @@ def test_rerun_reuses_and_a_changed_parameter_rebuilds(tmp_path: Path, corpus_co
     assert FeatureCache.load(changed).mel.shape[1] == 64
 
 
+def test_a_changed_corpus_is_detected_and_only_new_or_changed_clips_processed(tmp_path: Path,
+                                                                              corpus_copy: Path) -> None:
+    from myxtts.config import config_from_dict
+
+    metadata = corpus_copy / "metadata.csv"
+    lines = metadata.read_text(encoding="utf-8").splitlines()
+    metadata.write_text("\n".join(lines[:6]) + "\n", encoding="utf-8")
+    cfg = config_from_dict({"data": {"corpus_path": str(corpus_copy), "cache_dir": str(tmp_path / "cache"),
+                                     "validation_size": 1}}, base_dir=tmp_path)
+    first = prepare(cfg, progress=False)
+    assert first.manifest["update"]["processed"] == 6 and "6 processed (6 new" in first.summary()
+    ids = [line.split("|")[0] for line in lines]
+    before = FeatureCache.load(cfg)
+    kept_file = before.files[before.ids.index(ids[1])]
+    # edit one WAV (louder and shorter), edit one transcript, add two lines, remove one line
+    audio, rate = _read(corpus_copy / "wavs" / f"{ids[0]}.wav")
+    soundfile.write(str(corpus_copy / "wavs" / f"{ids[0]}.wav"), audio[: audio.size * 3 // 4] * 1.5, rate,
+                    subtype="PCM_16")
+    edited = lines[2].split("|")
+    edited[2] = "an entirely different transcript"
+    new_lines = [lines[0], lines[1], "|".join(edited), lines[3], lines[5], lines[6], lines[7]]  # line 4 removed
+    metadata.write_text("\n".join(new_lines) + "\n", encoding="utf-8")
+    second = prepare(cfg, progress=False)
+    assert not second.reused
+    assert "corpus changed: 2 added, 2 changed, 1 removed, 3 unchanged" in second.reason
+    update = second.manifest["update"]
+    assert (update["processed"], update["added"], update["changed"], update["removed"]) == (4, 2, 2, 1)
+    assert "4 processed (2 new, 2 changed" in second.summary() and "clips/s" in second.summary()
+    after = FeatureCache.load(cfg)
+    assert after.ids == [line.split("|")[0] for line in new_lines] and ids[4] not in after.ids
+    assert after.files[after.ids.index(ids[1])] == kept_file  # unchanged clip: same file, not recomputed
+    row = after.ids.index(ids[0])
+    assert after.mel_lengths[row] < before.mel_lengths[before.ids.index(ids[0])]  # the edited audio
+    assert after.utterance_tokens(after.ids.index(ids[2])).size == len("an entirely different transcript") + 2
+    on_disk = {p.relative_to(cfg.cache_dir).as_posix() for p in (cfg.cache_dir / "utterances").glob("*/*")}
+    assert on_disk == set(after.files)  # files of removed / replaced clips deleted
+    third = prepare(cfg, progress=False)
+    assert third.reused and "up to date" in third.summary()
+    fresh = tmp_path / "fresh"  # the updated cache equals a cache built from scratch
+    fresh_cfg = config_from_dict({"data": {"corpus_path": str(corpus_copy), "cache_dir": str(fresh),
+                                           "validation_size": 1}}, base_dir=tmp_path)
+    prepare(fresh_cfg, progress=False)
+    rebuilt = FeatureCache.load(fresh_cfg)
+    assert rebuilt.ids == after.ids and np.array_equal(rebuilt.mel_lengths, after.mel_lengths)
+    np.testing.assert_array_equal(rebuilt.tokens, after.tokens)
+    np.testing.assert_array_equal(rebuilt.mel, after.mel)
+    assert second.manifest["splits"] == json.loads((fresh / "manifest.json").read_text())["splits"]
+
+
 def test_a_crashed_build_never_looks_valid(tmp_path: Path, corpus_copy: Path, monkeypatch) -> None:
     from myxtts.config import config_from_dict
     from myxtts.data import prepare as prepare_module
@@ -178,14 +236,14 @@ def test_a_crashed_build_never_looks_valid(tmp_path: Path, corpus_copy: Path, mo
     metadata = corpus_copy / "metadata.csv"
     metadata.write_text("\n".join(metadata.read_text(encoding="utf-8").splitlines()[:4]) + "\n", encoding="utf-8")
     cfg = config_from_dict({"data": {"corpus_path": str(corpus_copy), "cache_dir": str(tmp_path / "cache"),
-                                     "validation_size": 1, "cache_shard_size": 2}}, base_dir=tmp_path)
+                                     "validation_size": 1}}, base_dir=tmp_path)
     prepare(cfg, progress=False)
 
     def crash(*args, **kwargs):
         raise KeyboardInterrupt("simulated crash while writing the vocabulary")
 
     forced = config_from_dict({"data": {"corpus_path": str(corpus_copy), "cache_dir": str(tmp_path / "cache"),
-                                        "validation_size": 1, "cache_shard_size": 2}}, base_dir=tmp_path)
+                                        "validation_size": 1}}, base_dir=tmp_path)
     monkeypatch.setattr(prepare_module, "_write_rejections", crash)
     with pytest.raises(KeyboardInterrupt):
         prepare(forced, force=True, progress=False)

@@ -120,3 +120,17 @@ def test_percentiles_and_length_stats(real_lengths) -> None:
     assert "p99" in text_table and "suggested data.max_mel_frames" in text_table and "mel fill" in text_table
     with pytest.raises(ValueError, match="No lengths"):
         length_stats([], [], params())
+
+
+@pytest.mark.parametrize("replicas", [2, 3, 4])
+def test_replica_plans_split_the_frame_budget_and_divide_evenly(real_lengths, replicas) -> None:
+    """Frame-budget batch sizes (7, 5, 3, 2 on one device) never divided by 2 replicas; per-replica sizes do."""
+    _, text, mel = real_lengths
+    single, split = plan_buckets(text, mel, params()), plan_buckets(text, mel, params(replicas=replicas))
+    assert [b.batch_size for b in single.buckets] != [b.batch_size for b in split.buckets] or replicas == 1
+    assert any(b.batch_size % replicas for b in single.buckets)  # the plan that could not run on N replicas
+    for bucket in split.buckets:
+        per_replica = bucket.batch_size // replicas
+        assert bucket.batch_size % replicas == 0 and per_replica >= 1
+        # each device's frames stay within its share of the budget (or it carries the one row it must)
+        assert per_replica * bucket.mel_frames <= max(2400 // replicas, bucket.mel_frames)

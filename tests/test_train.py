@@ -71,7 +71,7 @@ def test_cli_trains_200_shuffled_steps_without_a_single_retrace(prepared_cache, 
 
 
 def test_nan_guard_stops_and_keeps_last_good_checkpoint(prepared_cache, tmp_path):
-    from myxtts.train import NonFiniteLossError, run
+    from myxtts.training import NonFiniteLossError, run
     cfg = trainer_config(prepared_cache, data={"num_buckets": 1}, training={
         "max_steps": 20, "checkpoint_every": 2, "max_nonfinite_steps": 2, "validate_every": 100,
         "summary_every": 0, "log_every": 1})

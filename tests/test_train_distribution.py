@@ -14,20 +14,25 @@ import pytest
 from test_train import trainer_config, write_config
 
 MIRRORED = r"""
-import sys, numpy as np, tensorflow as tf, keras
+import sys
+import myxtts  # first: records the environment before TensorFlow is imported
+import numpy as np, tensorflow as tf, keras
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 sys.path.insert(0, sys.argv[2])
-if sys.argv[4] == "trainer":  # a fresh process: two strategies in one process would share collective keys
+if sys.argv[4].startswith("trainer"):  # a fresh process: two strategies would share collective keys
     from myxtts.config import load_config
-    from myxtts.train import run
+    from myxtts.training import run
     cfg = load_config(sys.argv[1], ["training.distribution=mirrored"])
     summary = run(cfg, sys.argv[3], progress=False)
     assert summary["steps"] == cfg.training.max_steps and summary["retraces_after_warmup"] == 0, summary
     assert summary["replicas"] == 2, summary
-    print("MIRRORED_OK")
+    import json, pathlib
+    records = [json.loads(line) for line in pathlib.Path(sys.argv[3], "metrics.jsonl").read_text().splitlines()]
+    assert all(np.isfinite(r["total"]) for r in records), records
+    print("MIRRORED_OK", summary["batch_shapes"])
     sys.exit(0)
-from train_helpers import batch_spec, synthetic_batch
+from train_helpers import batch_spec, batch_with_lengths
 from myxtts.config import load_config
 from myxtts.model import build_model
 from myxtts.training.steps import TrainingSteps
@@ -50,7 +55,9 @@ for strategy in (tf.distribute.get_strategy(), mirrored):
         assert all(np.array_equal(a, b) for x, y in zip(before, after) for a, b in zip(x, y))
         assert all(f.experimental_get_tracing_count() == 1 for f in steps.train_functions.values())
     models.append((model, steps))
-batch = synthetic_batch(4, 10, 24, 16, vocab_size=40, seed=3, full_lengths=True)
+# unequal lengths: replica 0 takes the two long rows, replica 1 the two short ones; each divides its sums by
+# the global batch's real counts, so the update is the single device's (per-replica means / 2 were not)
+batch = batch_with_lengths([10, 9, 6, 4], [24, 24, 4, 6], 10, 24, 16, vocab_size=40, seed=3)
 start = [v.numpy() for v in models[0][0].trainable_variables]
 outs = [steps.train(batch) for _, steps in models]
 deltas = [np.concatenate([(v.numpy() - s).ravel() for v, s in zip(m.trainable_variables, start)]) for m, _ in models]
@@ -62,28 +69,32 @@ print("MIRRORED_OK")
 WORKER = r"""
 import sys
 from myxtts.config import load_config
-from myxtts.train import run
+from myxtts.training import run
 summary = run(load_config(sys.argv[1], ["training.distribution=multi_worker"]), sys.argv[2], progress=False)
 assert summary["retraces_after_warmup"] == 0
 print("WORKER_OK", summary["steps"], summary["loss_last"])
 """
 
 
-def _config(prepared, tmp_path):
-    # fixed padding: one signature, batch 4, divisible by 2 replicas
-    cfg = trainer_config(prepared, data={"pad_to_fixed_length": True, "batch_size": 4, "max_mel_frames": 880},
-                         model={"dropout": 0.0}, training={"max_steps": 2, "validate_every": 100, "summary_every": 0,
-                                                          "checkpoint_every": 2, "log_every": 1})
+def _config(prepared, tmp_path, buckets=False):
+    # fixed padding: one signature, batch 4, divisible by 2 replicas; buckets: the mini plan's frame budget, whose
+    # single-device batch sizes (7, 5, 3, 2) do not divide by 2: per-replica sizes from budget / 2 do
+    data = {"num_buckets": 4, "batch_frames": 2400, "batch_size": 8} if buckets else \
+        {"pad_to_fixed_length": True, "batch_size": 4, "max_mel_frames": 880}
+    cfg = trainer_config(prepared, data=data, model={"dropout": 0.0},
+                         training={"max_steps": 6 if buckets else 2, "validate_every": 100, "summary_every": 0,
+                                   "checkpoint_every": 2, "log_every": 1})
     return write_config(cfg, tmp_path / "dist.yaml")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["update_equals_single_device", "trainer"])
+@pytest.mark.parametrize("mode", ["update_equals_single_device", "trainer", "trainer_buckets"])
 def test_mirrored_two_logical_devices(prepared_cache, tmp_path, mode):
     script = tmp_path / "mirrored.py"
     script.write_text(MIRRORED)
     tests_dir = os.path.dirname(__file__)
-    result = subprocess.run([sys.executable, str(script), str(_config(prepared_cache, tmp_path)), tests_dir,
+    config = _config(prepared_cache, tmp_path, buckets=mode == "trainer_buckets")
+    result = subprocess.run([sys.executable, str(script), str(config), tests_dir,
                              str(tmp_path / "run"), mode], capture_output=True, text=True, timeout=400,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert "MIRRORED_OK" in result.stdout, (result.stdout + result.stderr)[-4000:]

@@ -1,4 +1,5 @@
-"""Resume after SIGKILL: the next steps are bit-identical to an uninterrupted run (CPU, deterministic)."""
+"""Resume after SIGKILL: the next steps are bit-identical to an uninterrupted run (CPU, deterministic), also
+through the device-feed path (batches copied to a device one step ahead, as on a GPU: here a CPU device)."""
 
 from __future__ import annotations
 
@@ -20,23 +21,25 @@ DRIVER = r"""
 import os, sys, time
 from pathlib import Path
 from myxtts.config import load_config
-from myxtts.train import run
+from myxtts.training import run
 config, workdir, resume, stall_at = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
+feed_device = sys.argv[5] or None
 def stall(step, batch):
     if step == stall_at:  # the checkpoint of the previous step is on disk: wait to be killed
         Path(workdir, "STALLED").write_text("1")
         time.sleep(600)
     return batch
-run(load_config(config), workdir, resume=resume, progress=False, batch_filter=stall if stall_at >= 0 else None)
+run(load_config(config), workdir, resume=resume, progress=False, batch_filter=stall if stall_at >= 0 else None,
+    feed_device=feed_device)
 """
 
 
-def _launch(tmp_path, config, workdir, resume=False, stall_at=-1):
+def _launch(tmp_path, config, workdir, resume=False, stall_at=-1, feed_device=""):
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONHASHSEED="0")
     return subprocess.Popen([sys.executable, str(driver), str(config), str(workdir), "1" if resume else "0",
-                             str(stall_at)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             str(stall_at), feed_device], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _finish(process, timeout=240):
@@ -51,14 +54,15 @@ def _train_records(workdir: Path) -> dict[int, dict]:
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill_is_bit_identical(prepared_cache, tmp_path):
+@pytest.mark.parametrize("feed_device", ["", "/cpu:0"], ids=["host", "device_feed"])
+def test_resume_after_sigkill_is_bit_identical(prepared_cache, tmp_path, feed_device):
     cfg = trainer_config(prepared_cache, data={"num_buckets": 2}, model={"dropout": 0.1}, training={
         "max_steps": 6, "checkpoint_every": 3, "log_every": 1, "validate_every": 100, "summary_every": 0,
         "deterministic": True, "warmup_steps": 2})
     config = write_config(cfg, tmp_path / "resume.yaml")
     straight, killed = tmp_path / "straight", tmp_path / "killed"
-    reference = _launch(tmp_path, config, straight)
-    victim = _launch(tmp_path, config, killed, stall_at=3)
+    reference = _launch(tmp_path, config, straight, feed_device=feed_device)
+    victim = _launch(tmp_path, config, killed, stall_at=3, feed_device=feed_device)
     deadline = time.time() + 240
     while not (killed / "STALLED").exists():
         assert victim.poll() is None, victim.communicate()[0][-3000:]
@@ -68,7 +72,7 @@ def test_resume_after_sigkill_is_bit_identical(prepared_cache, tmp_path):
     victim.communicate()  # reap it and close its pipe
     assert tf.train.latest_checkpoint(str(killed / "checkpoints")).endswith("ckpt-3")
     _finish(reference)
-    _finish(_launch(tmp_path, config, killed, resume=True))
+    _finish(_launch(tmp_path, config, killed, resume=True, feed_device=feed_device))
 
     expected, resumed = _train_records(straight), _train_records(killed)
     for step in (4, 5, 6):

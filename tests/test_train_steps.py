@@ -35,24 +35,50 @@ def _delta(before, model):
     return np.concatenate([(after - b).ravel() for b, after in zip(before, _weights(model))])
 
 
-def test_gradient_accumulation_equals_one_big_batch():
-    big = synthetic_batch(4, 10, 24, 16, vocab_size=VOCAB, seed=11, full_lengths=True)
-    halves = [{k: v[i * 2:(i + 1) * 2] for k, v in big.items()} for i in range(2)]
+def test_gradient_accumulation_over_unequal_buckets_equals_one_big_batch():
+    """Two micro-batches from different buckets (2 rows of 24 frames, then 2 rows of 4 frames in an 8-frame
+    bucket) give exactly the update of one 4-row batch: each divides its sums by the cycle's real counts.
+    (Per-micro-batch means / 2 weighted the 4-frame rows like the 24-frame ones: 1.49x off, cosine 0.07.)"""
+    from train_helpers import batch_with_lengths, crop_batch
+
+    big = batch_with_lengths([10, 9, 6, 5], [24, 24, 4, 4], 10, 24, 16, vocab_size=VOCAB, seed=11)
+    long_rows, short_rows = crop_batch(big, slice(0, 2), 10, 24), crop_batch(big, slice(2, 4), 6, 8)
     _, model_a, steps_a = _setup(keras.optimizers.SGD(0.05), gradient_accumulation_steps=2)
     _, model_b, steps_b = _setup(keras.optimizers.SGD(0.05), reference_model=model_a)
-    steps_a.build([batch_spec(2, 10, 24, 16)], lambda f, name: f)
+    steps_a.build([batch_spec(2, 10, 24, 16), batch_spec(2, 6, 8, 16)], lambda f, name: f)
     steps_b.build([batch_spec(4, 10, 24, 16)], lambda f, name: f)
     start = _weights(model_a)
-    first = steps_a.train(halves[0])
-    assert not bool(first["applied"]) and np.allclose(_weights(model_a)[0], start[0])  # nothing applied yet
-    second = steps_a.train(halves[1])
-    assert bool(second["applied"]) and steps_a.update_step == 1
-    steps_b.train(big)
+    with pytest.raises(ValueError, match="train_cycle"):
+        steps_a.train(long_rows)  # a micro-batch alone does not know its cycle's counts
+    out_a = steps_a.train_cycle([long_rows, short_rows])
+    assert bool(out_a["applied"]) and steps_a.update_step == 1
+    out_b = steps_b.train(big)
     accumulated, single = _delta(start, model_a), _delta(start, model_b)
     assert np.linalg.norm(single) > 0
     np.testing.assert_allclose(accumulated, single, atol=1e-6 + 1e-4 * np.abs(single).max())
+    for key in ("total", "mel_l1_before", "stop", "guided_attention"):  # the cycle reports the big batch's losses
+        assert float(out_a[key]) == pytest.approx(float(out_b[key]), rel=1e-4), key
     # accumulators are zero again after the update
     assert all(float(tf.reduce_max(tf.abs(a))) == 0.0 for a in steps_a.accumulators)
+
+
+def test_loss_is_the_global_mean_over_real_frames_not_a_mean_of_batch_means():
+    """The weighting itself, on unequal lengths: halves with the global counts add up to the whole."""
+    from myxtts.model import add_normalizers, compute_losses, loss_normalizers
+    from train_helpers import batch_with_lengths, crop_batch
+
+    cfg, model, _ = _setup(keras.optimizers.SGD(0.05))
+    big = batch_with_lengths([10, 9, 6, 5], [24, 22, 4, 6], 10, 24, 16, vocab_size=VOCAB, seed=5)
+    parts = [crop_batch(big, slice(0, 2), 10, 24), crop_batch(big, slice(2, 4), 6, 8)]
+    counts = add_normalizers([loss_normalizers(p, 2, 80) for p in parts])
+    whole = compute_losses(big, model(big), cfg)
+    shares = [compute_losses(p, model(p), cfg, counts) for p in parts]
+    means = [compute_losses(p, model(p), cfg) for p in parts]
+    for key in ("mel_l1_before", "stop", "guided_attention"):
+        assert float(shares[0][key] + shares[1][key]) == pytest.approx(float(whole[key]), rel=1e-5), key
+    # the old weighting (mean of the two batch means) is measurably different on these lengths
+    assert abs(float(means[0]["mel_l1_before"] + means[1]["mel_l1_before"]) / 2 - float(whole["mel_l1_before"])) \
+        > 1e-3 * float(whole["mel_l1_before"])
 
 
 @pytest.mark.parametrize("precision", ["bfloat16", "float16"])
@@ -88,13 +114,11 @@ def test_nan_guard_skips_update_in_graph(accumulation):
     mel[0, 3, 5] = np.nan  # inside the real frames
     poisoned["mel"] = tf.constant(mel)
     before = _weights(model)
-    for _ in range(accumulation):
-        out = steps.train(poisoned if _ == 0 else clean)  # one poisoned micro-batch poisons the update
+    out = steps.train_cycle([poisoned] + [clean] * (accumulation - 1))  # one poisoned micro-batch poisons it
     assert not bool(out["applied"]) and int(out["nonfinite_in_a_row"]) == 1
     assert all(np.array_equal(a, b) for a, b in zip(before, _weights(model)))
     assert steps.update_step == 0 and int(steps.nonfinite_total.numpy()) == 1
-    for _ in range(accumulation):
-        out = steps.train(clean)
+    out = steps.train_cycle([clean] * accumulation)
     assert bool(out["applied"]) and int(out["nonfinite_in_a_row"]) == 0 and steps.update_step == 1
     assert all(np.isfinite(w).all() for w in _weights(model))
 
@@ -147,6 +171,6 @@ def test_warm_up_runs_every_function_and_restores_every_variable_exactly(precisi
     assert len(traces.monitor.first_traces) == 4 and not traces.monitor.unexpected
     assert traces.monitor.summary() is not None
     # training goes on from the restored state without a single trace
-    out = steps.train(synthetic_batch(3, 8, 16, 16, vocab_size=VOCAB, seed=15))
+    out = steps.train_cycle([synthetic_batch(3, 8, 16, 16, vocab_size=VOCAB, seed=15)] * accumulation)
     assert np.isfinite(float(out["total"])) and traces.retraces_after_warmup() == 0
     traces.close()

@@ -14,6 +14,7 @@ import difflib
 import hashlib
 import json
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -29,10 +30,10 @@ AUTOTUNE = -1  # value for num_workers / prefetch_buffer_size meaning "let tf.da
 class DataConfig:
     """Corpus, cache and input pipeline."""
 
-    corpus_path: str = "data/ljspeech-bundled"  # folder (ljspeech) or list file (list); relative to the config file
-    corpus_format: Literal["ljspeech", "list"] = "ljspeech"
+    corpus_path: str = "data/ljspeech-bundled"  # folder (ljspeech, vctk, libritts) or list file (list); relative to the config file
+    corpus_format: Literal["ljspeech", "list", "vctk", "libritts"] = "ljspeech"
     cache_dir: str = "cache/ljspeech-bundled"  # prepared features; relative to the config file
-    language: str = "en"  # default language for entries that do not name one
+    language: str = "en"  # language of entries that name none: picks the cleaner / espeak voice; cached as a language id
     min_duration: float = 0.5  # seconds; shorter clips are rejected at prepare
     max_duration: float = 12.0  # seconds; longer clips are rejected at prepare
     silence_threshold_db: float = -60.0  # a clip whose peak is below this (dBFS) is rejected as silent
@@ -47,14 +48,14 @@ class DataConfig:
     bucket_multiple: int = 8  # bucket boundaries are multiples of this (>= reduction factor)
     min_batch_size: int = 1  # buckets: a bucket never gets fewer items per batch than this
     reference_frames: int = 128  # fixed length of the voice-conditioning reference mel
-    shuffle_buffer_size: int = 2048
+    shuffle_buffer_size: int = 65536  # row indices (4 bytes each); >= utterances: a full uniform shuffle
     seed: int = 1234
     # loading
     use_tf_native_loading: bool = False  # True: decode + mel with TF ops in the pipeline (no cache)
     num_workers: int = AUTOTUNE  # num_parallel_calls of the parse map; -1 = AUTOTUNE
     prefetch_buffer_size: int = AUTOTUNE  # batches prefetched at the end; -1 = AUTOTUNE
     prefetch_to_gpu: bool = True  # prefetch to the accelerator as the last step when one exists
-    cache_shard_size: int = 256  # utterances per cache shard
+    service_address: str = ""  # grpc://HOST:PORT of a tf.data service dispatcher: its workers run the pipeline
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,7 @@ class Config:
             "text": dataclasses.asdict(self.text),
             "corpus": [str(self.corpus_path), d.corpus_format, d.language],
             "filters": [d.min_duration, d.max_duration, d.silence_threshold_db],
-            "format_version": 1,
+            "format_version": 2,
         }
         relevant["audio"].pop("griffin_lim_iters")  # synthesis only
         blob = json.dumps(relevant, sort_keys=True).encode()
@@ -181,6 +182,8 @@ REMOVED_KEYS: dict[str, str] = {
     "and data.prefetch_buffer_size",
     "data.optimize_cpu_gpu_overlap": "features come from the prepared cache (myxtts prepare) and the "
     "pipeline ends with prefetch; measure overlap with `myxtts diagnose pipeline`",
+    "data.cache_shard_size": "the cache stores one file per utterance (random access for the shuffle and for "
+    "references; see docs/architecture.md); nothing to size",
     "data.auto_tune_performance": "use -1 (AUTOTUNE) for data.num_workers and data.prefetch_buffer_size",
     "training.enhanced_gpu_prefetch": "use data.prefetch_to_gpu",
     "training.optimize_cpu_gpu_overlap": "measure overlap with `myxtts diagnose pipeline`",
@@ -269,7 +272,7 @@ def validate(cfg: Config) -> Config:
     """Cross-field and range checks; raises ValueError naming the key."""
     _positive(cfg, "data.max_text_length", "data.max_mel_frames", "data.batch_size", "data.batch_frames",
               "data.num_buckets", "data.bucket_multiple", "data.min_batch_size", "data.reference_frames",
-              "data.shuffle_buffer_size", "data.cache_shard_size", "data.min_duration",
+              "data.shuffle_buffer_size", "data.min_duration",
               "data.max_duration", "audio.sample_rate", "audio.n_fft", "audio.win_length",
               "audio.hop_length", "audio.n_mels", "audio.log_floor", "audio.griffin_lim_iters",
               "audio.mel_power", "model.d_model", "model.num_heads", "model.ff_dim",
@@ -283,6 +286,9 @@ def validate(cfg: Config) -> Config:
     for path, value in (("data.num_workers", d.num_workers), ("data.prefetch_buffer_size", d.prefetch_buffer_size)):
         if value != AUTOTUNE and value < 1:
             raise ValueError(f"Config key '{path}' must be >= 1 or -1 (AUTOTUNE), got {value}.")
+    if d.service_address and not re.fullmatch(r"(grpc://)?[\w.\-\[\]:]+:\d+", d.service_address):
+        raise ValueError(f"Config key 'data.service_address' must look like grpc://HOST:PORT (a tf.data service "
+                         f"dispatcher), got {d.service_address!r}.")
     if d.min_duration >= d.max_duration:
         raise ValueError(f"Config key 'data.min_duration' ({d.min_duration}) must be below "
                          f"'data.max_duration' ({d.max_duration}).")

@@ -20,6 +20,7 @@ _COMMAND_MODULES = (
     "myxtts.cli.synth_commands",
     "myxtts.cli.diag_commands",
     "myxtts.cli.demo_command",
+    "myxtts.cli.corpus_commands",
 )
 
 

@@ -1,4 +1,5 @@
-"""Data commands: `myxtts prepare` (validated feature cache) and `myxtts stats` (lengths, buckets)."""
+"""Data commands: `myxtts prepare` (validated feature cache), `myxtts stats` (lengths, buckets) and
+`myxtts data-service` (a tf.data service dispatcher or worker for data.service_address)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,17 @@ from myxtts.cli.common import clean_errors, config_option, load, override_option
 @override_option()
 @click.option("--force", is_flag=True, help="Rebuild the cache even if it is up to date.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Threads processing clips (default: every core).")
 @clean_errors(ValueError, OSError)
-def prepare_command(config_path: str, overrides: tuple[str, ...], force: bool, no_progress: bool) -> None:
-    """Validate every clip, compute mel features once and write the sharded cache (cfg.data.cache_dir)."""
+def prepare_command(config_path: str, overrides: tuple[str, ...], force: bool, no_progress: bool,
+                    workers: int | None) -> None:
+    """Validate every clip, compute mel features once and write the cache (cfg.data.cache_dir); a rerun
+    processes only new or changed clips."""
     from myxtts.data.prepare import prepare
 
     cfg = load(config_path, overrides)
-    result = prepare(cfg, force=force, progress=not no_progress, echo=click.echo)
+    result = prepare(cfg, force=force, progress=not no_progress, echo=click.echo, workers=workers)
     click.echo(result.summary())
 
 
@@ -40,4 +45,27 @@ def stats_command(config_path: str, overrides: tuple[str, ...], shapes: int | No
     click.echo(json.dumps(report, indent=2) if as_json else format_stats(report))
 
 
-COMMANDS = [prepare_command, stats_command]
+@click.command("data-service")
+@click.argument("role", type=click.Choice(["dispatcher", "worker"]))
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=5050, show_default=True,
+              help="Port to listen on (0: any free port).")
+@click.option("--dispatcher", "dispatcher_address", default=None,
+              help="worker: HOST:PORT of the dispatcher to register with.")
+@clean_errors(ValueError, OSError)
+def data_service_command(role: str, port: int, dispatcher_address: str | None) -> None:
+    """Run a tf.data service dispatcher or worker until interrupted (for data.service_address).
+
+    Workers must see the prepared cache at the same absolute path as the trainer's config.
+    """
+    from myxtts.data.service import start_dispatcher, start_worker
+
+    if role == "worker" and not dispatcher_address:
+        raise ValueError("myxtts data-service worker needs --dispatcher HOST:PORT.")
+    server = start_dispatcher(port) if role == "dispatcher" else start_worker(dispatcher_address, port)
+    click.echo(f"tf.data service {role} listening on port {port}" + (
+        f" (set data.service_address: {server.target})" if role == "dispatcher" else
+        f", registered with {dispatcher_address}") + "; Ctrl-C stops it.")
+    server.join()
+
+
+COMMANDS = [prepare_command, stats_command, data_service_command]

@@ -1,19 +1,23 @@
 """`myxtts demo`: the README's first command, end to end on the bundled corpus.
 
 Stages: prepare (validated cache) -> batching report (fixed vs buckets) -> train the tiny preset briefly
--> synthesize a sentence with a reference clip -> diagnostics summary (traces, fill, throughput, input wait).
-Each stage calls the library; this module only sequences them and prints.
+-> synthesize a sentence and a few training sentences with a reference clip, measure the alignment and
+(with pocketsphinx) what a recognizer hears -> diagnostics summary (traces, fill, throughput, input wait,
+alignment focus, CER). Each stage calls the library; this module only sequences them and prints.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
+import numpy as np
 
 from myxtts.cli.common import clean_errors, config_option, load, override_option
 
 DEMO_TEXT = "Printing, in the only sense with which we are at present concerned, is a modern art."
+TRAINING_SENTENCES = 5  # training-set sentences synthesized and listened to (their recordings are the ceiling)
 
 
 def _stage(title: str) -> None:
@@ -57,24 +61,28 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     report = _batching_report(cfg)
 
     _stage("3/5 train")
-    from myxtts.train import run
+    from myxtts.training import run
 
     has_checkpoint = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir())
     train_summary = run(cfg, run_dir, resume=has_checkpoint and not fresh)
 
     _stage("4/5 synthesize")
-    from myxtts.synthesize import Synthesizer
+    from myxtts.synthesis import Synthesizer
     from myxtts.vocoder import write_wav
 
     synthesizer = Synthesizer.from_run(run_dir)
-    reference = sorted((cfg.corpus_path / "wavs").glob("*.wav"))[0] if cfg.data.corpus_format == "ljspeech" \
-        else None
+    sentences = _training_sentences(cfg, TRAINING_SENTENCES)
+    # the reference voice: a training clip that is not one of the sentences listened to
+    reference = sentences.pop()[1] if sentences else None
+    if reference is None:
+        raise ValueError("The demo needs at least one prepared training clip as the reference voice.")
     waveform = synthesizer.synthesize(text, reference)
     wav_path = run_dir / "demo.wav"
     write_wav(wav_path, waveform, cfg.audio.sample_rate)
     click.echo(f"text: {text!r}")
     click.echo(f"reference: {reference}")
     click.echo(f"wrote {wav_path} ({len(waveform) / cfg.audio.sample_rate:.2f} s)")
+    check = _listen(cfg, synthesizer, text, sentences, reference, run_dir)
 
     _stage("5/5 diagnostics summary")
     fill = report["buckets"]["fill"]
@@ -89,10 +97,56 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
         f"input wait share:           {train_summary.get('input_wait_share', 0):.2%}",
         f"loss first -> last:         {train_summary.get('loss_first', float('nan')):.3f} -> "
         f"{train_summary.get('loss_last', float('nan')):.3f}",
+        f"alignment (free-running):   focus rate {check.focus_rate:.2f}, diagonality {check.diagonality:.2f}, "
+        f"{check.text_attention_share:.0%} of its attention on the text",
+        _cer_line(check),
+        f"alignment plot:             {check.sentences[0].plot}",
         f"wav:                        {wav_path}",
         f"TensorBoard:                tensorboard --logdir {run_dir / 'tensorboard'}",
     ]
     click.echo("\n".join(lines))
+
+
+def _training_sentences(cfg, count: int) -> list[tuple[str, Path]]:
+    """(text, wav path) of the first ``count`` + 1 training utterances of the prepared corpus (sorted ids)."""
+    from myxtts.data.cache import read_manifest
+    from myxtts.data.corpus import read_corpus
+
+    manifest = read_manifest(cfg.cache_dir) or {}
+    train_ids = set(manifest.get("splits", {}).get("train", []))
+    entries = [e for e in read_corpus(cfg.corpus_path, cfg.data.corpus_format, cfg.data.language).entries
+               if e.id in train_ids]
+    return [(e.text, Path(e.audio_path)) for e in sorted(entries, key=lambda e: e.id)[:count + 1]]
+
+
+def _listen(cfg, synthesizer, text: str, sentences: list[tuple[str, Path]], reference: Path, run_dir: Path):
+    """Alignment and recognizer checks on the demo sentence + training sentences (with their recordings)."""
+    from myxtts.audio import load_audio
+    from myxtts.listening import recognizer_available
+    from myxtts.synthesis.check import check_speech
+
+    plot_dir = run_dir / "listening"
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    recordings = [None] + [load_audio(path, cfg.audio.sample_rate) for _, path in sentences]
+    texts = [text] + [sentence for sentence, _ in sentences]
+    if not recognizer_available():
+        click.echo("pocketsphinx is not installed: no CER (install the `listen` extra to hear the output).")
+    check = check_speech(synthesizer, texts, reference, recordings, plot_dir=plot_dir)
+    for item in check.sentences:
+        heard = f" | heard: {item.heard!r} (CER {item.cer:.2f})" if item.heard is not None else ""
+        click.echo(f"- {item.text[:60]!r}: {item.seconds:.1f} s, focus {item.focus_rate:.2f}{heard}")
+    (run_dir / "listening.json").write_text(json.dumps(check.to_dict(), indent=2), encoding="utf-8")
+    return check
+
+
+def _cer_line(check) -> str:
+    if check.cer is None:
+        return "CER (recognizer):           not measured (pocketsphinx not installed)"
+    ceiling = f"; recordings of the training sentences {check.recording_cer:.2f}" \
+        if check.recording_cer is not None else ""
+    training = [s.cer for s in check.sentences[1:] if s.cer is not None]
+    trained = f", training sentences {np.mean(training):.2f}" if training else ""
+    return f"CER (pocketsphinx):         all {check.cer:.2f}{trained}{ceiling}"
 
 
 COMMANDS = [demo_command]

@@ -10,17 +10,20 @@ import click
 from myxtts.cli.common import clean_errors
 
 
-def _synthesizer(run_dir: str | None, checkpoint: str | None, config_path: str | None, batch_size: int):
-    from myxtts.synthesize import RunError, Synthesizer
+def _synthesizer(run_dir: str | None, checkpoint: str | None, config_path: str | None, batch_size: int,
+                 monotonic_attention: bool = False):
+    from myxtts.synthesis import RunError, Synthesizer
 
     if run_dir and checkpoint:
         raise RunError("Give either --run or --checkpoint (with --config), not both.")
     if run_dir:
-        return Synthesizer.from_run(run_dir, config=config_path, batch_size=batch_size)
+        return Synthesizer.from_run(run_dir, config=config_path, batch_size=batch_size,
+                                    monotonic_attention=monotonic_attention)
     if checkpoint:
         if not config_path:
             raise RunError("--checkpoint needs --config (the run's config.yaml).")
-        return Synthesizer.from_checkpoint(checkpoint, config_path, batch_size=batch_size)
+        return Synthesizer.from_checkpoint(checkpoint, config_path, batch_size=batch_size,
+                                           monotonic_attention=monotonic_attention)
     raise RunError("Give --run RUN_DIR, or --checkpoint CKPT with --config CFG.")
 
 
@@ -53,11 +56,14 @@ def _read_texts(text: str | None, text_file: str | None) -> list[str]:
 @click.option("--out-dir", type=click.Path(file_okay=False), help="Output folder (001.wav, 002.wav, ...).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True,
               help="Texts decoded together (one compiled graph per batch size and text bucket).")
+@click.option("--monotonic-attention", is_flag=True,
+              help="Keep the aligning attention in a forward-moving window of the text (guards a briefly trained "
+                   "model against skipping or repeating words).")
 @clean_errors(ValueError, OSError)
 def synthesize_command(run_dir, checkpoint, config_path, text, text_file, reference, out_path, out_dir,
-                       batch_size) -> None:
+                       batch_size, monotonic_attention) -> None:
     """Text + a reference voice clip -> 16-bit WAV at the configured sample rate."""
-    from myxtts.synthesize import write_results
+    from myxtts.synthesis import write_results
     from myxtts.vocoder import write_wav
 
     texts = _read_texts(text, text_file)
@@ -67,7 +73,7 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
         raise ValueError(f"{len(texts)} texts need --out-dir, not --out.")
     if not Path(reference).is_file():
         raise ValueError(f"Reference clip not found: {reference}")
-    synthesizer = _synthesizer(run_dir, checkpoint, config_path, batch_size)
+    synthesizer = _synthesizer(run_dir, checkpoint, config_path, batch_size, monotonic_attention)
     results = synthesizer.synthesize_detailed(texts, reference)
     rate = synthesizer.sample_rate
     paths = [write_wav(out_path, results[0].waveform, rate)] if out_path else write_results(results, out_dir, rate)

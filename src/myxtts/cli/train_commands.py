@@ -11,7 +11,7 @@ from myxtts.cli.common import clean_errors, config_option, load, override_option
 
 def _known_errors() -> tuple[type[BaseException], ...]:
     from myxtts.data.cache import CacheError
-    from myxtts.train import NonFiniteLossError, WorkdirError
+    from myxtts.training import NonFiniteLossError, WorkdirError
     from myxtts.training.checkpoint import CheckpointError
     from myxtts.training.distribute import DistributionError
     from myxtts.training.monitor import RetraceError
@@ -33,7 +33,7 @@ def train_command(config_path: str, workdir: str | None, resume: bool, no_progre
 
     @clean_errors(*_known_errors())
     def go() -> dict:
-        from myxtts.train import run
+        from myxtts.training import run
         return run(cfg, workdir, resume=resume, progress=not no_progress, echo=click.echo)
 
     return go()

@@ -58,13 +58,16 @@ class BucketParams:
     batch_size: int
     batch_frames: int
     min_batch_size: int
+    replicas: int = 1  # devices the global batch is split over (each takes batch / replicas rows)
 
     @classmethod
-    def from_config(cls, data_cfg: Any) -> "BucketParams":
+    def from_config(cls, data_cfg: Any, replicas: int = 1) -> "BucketParams":
+        if replicas < 1:
+            raise ValueError(f"replicas must be >= 1, got {replicas}.")
         return cls(fixed=data_cfg.pad_to_fixed_length, num_buckets=data_cfg.num_buckets,
                    bucket_multiple=data_cfg.bucket_multiple, max_text_length=data_cfg.max_text_length,
                    max_mel_frames=data_cfg.max_mel_frames, batch_size=data_cfg.batch_size,
-                   batch_frames=data_cfg.batch_frames, min_batch_size=data_cfg.min_batch_size)
+                   batch_frames=data_cfg.batch_frames, min_batch_size=data_cfg.min_batch_size, replicas=replicas)
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,17 @@ def _round_up(value: int, multiple: int) -> int:
 
 
 def batch_size_for(mel_frames: int, params: BucketParams) -> int:
-    return int(min(max(params.batch_frames // mel_frames, params.min_batch_size), params.batch_size))
+    """Global batch of a bucket: ``replicas`` x the per-replica batch from the frame budget per replica.
+
+    Per replica: clamp((batch_frames / replicas) // mel_frames, ceil(min_batch_size / replicas),
+    batch_size / replicas), at least 1. So every bucket's batch divides by the replica count and each
+    device still gets about the same number of frames; one replica gives the single-device plan.
+    """
+    replicas = params.replicas
+    per_replica = (params.batch_frames // replicas) // mel_frames
+    per_replica = max(per_replica, -(-params.min_batch_size // replicas))
+    per_replica = min(per_replica, max(1, params.batch_size // replicas))
+    return int(max(per_replica, 1) * replicas)
 
 
 def quantile_boundaries(mel_lengths: np.ndarray, num_buckets: int, multiple: int, cap: int) -> list[int]:

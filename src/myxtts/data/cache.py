@@ -1,20 +1,28 @@
-"""FeatureCache: the prepared features of a corpus, loaded into memory once.
+"""FeatureCache: the prepared features of a corpus, streamed from disk one utterance at a time.
 
-Layout of ``cfg.cache_dir`` (written by ``myxtts prepare``):
+Layout of ``cfg.cache_dir`` (written by ``myxtts prepare``, format 2):
 
-- ``shards/shard-NNNNN.npz``: up to ``data.cache_shard_size`` utterances each: ``ids`` [n] str,
-  ``tokens`` [sum tokens] int32 (bos + ids + eos, concatenated), ``token_lengths`` [n] int32,
-  ``mel`` [sum frames, n_mels] **float16** (log mel; float16 halves memory and disk, its ~1e-3
-  relative precision is far below the model's error), ``mel_lengths`` [n] int32, ``speaker_ids`` [n] int32;
-- ``manifest.json``: counts, hours, speaker table, feature hash, per-split ids, shard list, versions.
-  Written last and atomically: a cache without a manifest (a crash mid-prepare) is never used;
+- ``utterances/XX/KEY.utt``: one file per accepted utterance, random access by path (so the pipeline
+  shuffles row indices, not features, and reads any other utterance of the speaker as a reference).
+  Fixed layout, little-endian: a 16-byte header of 4 int32 ``[UTTERANCE_MAGIC, tokens, frames,
+  n_mels]``, then ``tokens`` int32 (bos + ids + eos), then ``frames x n_mels`` **float16** log mel
+  (float16 halves memory and disk; its ~1e-3 relative precision is far below the model's error).
+  KEY hashes the id, the clip's fingerprint and the feature hash, so a changed clip gets a new file
+  and the previous manifest stays valid until the new one replaces it;
+- ``index.npz``: per utterance, in corpus order: ``ids`` str, ``files`` str (relative paths),
+  ``token_lengths``, ``mel_lengths``, ``speaker_ids``, ``language_ids`` (int32) and ``tokens`` (flat
+  int32). Small (lengths and tokens only): the bucket plan, stats and the pipeline read it, never
+  the features;
+- ``manifest.json``: counts, hours, speaker and language tables, feature hash, per-split ids, the
+  corpus fingerprint and per-clip fingerprints (``clips``), versions. Written last and atomically: a
+  cache without a manifest (a crash mid-prepare) is never used;
 - ``vocab.json`` (the Vocabulary), ``rejected.csv``, ``bucket_plan.json``.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +31,12 @@ import numpy as np
 MANIFEST_FILE = "manifest.json"
 VOCAB_FILE = "vocab.json"
 REJECTED_FILE = "rejected.csv"
-SHARD_DIR = "shards"
+INDEX_FILE = "index.npz"
+UTTERANCE_DIR = "utterances"
 SPLITS = ("train", "validation")
+FORMAT_VERSION = 2
+UTTERANCE_MAGIC = 0x31545558  # b"XUT1" little-endian
+HEADER_BYTES = 16
 
 
 class CacheError(ValueError):
@@ -32,7 +44,7 @@ class CacheError(ValueError):
 
 
 def read_manifest(cache_dir: Path) -> dict[str, Any] | None:
-    path = cache_dir / MANIFEST_FILE
+    path = Path(cache_dir) / MANIFEST_FILE
     if not path.is_file():
         return None
     try:
@@ -54,18 +66,25 @@ def feature_params(cfg: Any) -> dict[str, Any]:
 
 def check_manifest(cache_dir: Path, expected_hash: str,
                    current_params: dict[str, Any] | None = None) -> tuple[dict[str, Any] | None, str]:
-    """(manifest, "") when the cache is complete and current, else (None, why it cannot be used)."""
+    """(manifest, "") when the cache is complete and its parameters current, else (None, why not).
+
+    The corpus itself (new, edited or removed clips) is compared by ``prepare``; see its fingerprints.
+    """
+    cache_dir = Path(cache_dir)
     manifest = read_manifest(cache_dir)
     if manifest is None:
         return None, f"no complete cache in {cache_dir} (manifest.json missing)"
+    if manifest.get("format_version") != FORMAT_VERSION:
+        return None, (f"cache format {manifest.get('format_version')} is not the current format {FORMAT_VERSION} "
+                      "(one file per utterance)")
     if manifest.get("feature_hash") != expected_hash:
         changed = "".join(_changed_keys(manifest.get("feature_params", {}), current_params or {}))
         return None, (f"feature hash changed ({manifest.get('feature_hash')} -> {expected_hash}): audio, text, "
                       f"corpus or filter parameters differ from the cached ones{changed}")
-    for shard in manifest.get("shards", []):
-        path = cache_dir / SHARD_DIR / shard["file"]
-        if not path.is_file() or path.stat().st_size != shard["bytes"]:
-            return None, f"incomplete cache: shard {path} is missing or has the wrong size"
+    index = manifest.get("index", {})
+    path = cache_dir / INDEX_FILE
+    if not path.is_file() or path.stat().st_size != index.get("bytes"):
+        return None, f"incomplete cache: {path} is missing or has the wrong size"
     if not (cache_dir / VOCAB_FILE).is_file():
         return None, f"incomplete cache: {cache_dir / VOCAB_FILE} missing"
     return manifest, ""
@@ -79,43 +98,82 @@ def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return [f" ({'; '.join(changed)})"] if changed else []
 
 
-@dataclass
-class FeatureCache:
-    """All utterances of a prepared cache in memory (flat arrays + row offsets)."""
+# ---------------------------------------------------------------------------------------------
+# one utterance file
+# ---------------------------------------------------------------------------------------------
 
-    cache_dir: Path
-    manifest: dict[str, Any]
-    ids: list[str]
-    tokens: np.ndarray  # [sum tokens] int32
-    token_lengths: np.ndarray  # [utterances] int32
-    mel: np.ndarray | None  # [sum frames, n_mels] float16 (None when loaded with lengths_only)
-    mel_lengths: np.ndarray  # [utterances] int32
-    speaker_ids: np.ndarray  # [utterances] int32
+def write_utterance(path: Path, tokens: np.ndarray, mel: np.ndarray) -> int:
+    """Write one utterance file atomically (tmp + rename); returns its size in bytes."""
+    tokens = np.asarray(tokens, dtype="<i4")  # [tokens]
+    mel = np.asarray(mel, dtype="<f2")  # [frames, n_mels]
+    header = np.array([UTTERANCE_MAGIC, tokens.size, mel.shape[0], mel.shape[1]], dtype="<i4")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(header.tobytes() + tokens.tobytes() + mel.tobytes())
+    os.replace(tmp, path)
+    return path.stat().st_size
+
+
+def read_utterance(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens [tokens] int32, mel [frames, n_mels] float16) of one utterance file."""
+    raw = Path(path).read_bytes()
+    magic, token_count, frames, n_mels = np.frombuffer(raw[:HEADER_BYTES], dtype="<i4")
+    if magic != UTTERANCE_MAGIC:
+        raise CacheError(f"{path} is not a myxtts utterance file; run `myxtts prepare --force`.")
+    end = HEADER_BYTES + 4 * int(token_count)
+    tokens = np.frombuffer(raw[HEADER_BYTES:end], dtype="<i4").astype(np.int32)
+    mel = np.frombuffer(raw[end:end + 2 * int(frames) * int(n_mels)], dtype="<f2").reshape(int(frames), int(n_mels))
+    return tokens, mel.astype(np.float16)
+
+
+def tf_read_utterance(path: Any, n_mels: int) -> tuple[Any, Any]:
+    """TF ops (usable in Dataset.map): (tokens [tokens] int32, mel [frames, n_mels] float16) of one file."""
+    import tensorflow as tf
+
+    raw = tf.io.read_file(path)
+    header = tf.io.decode_raw(tf.strings.substr(raw, 0, HEADER_BYTES), tf.int32)  # [4]
+    token_bytes = 4 * header[1]
+    tokens = tf.io.decode_raw(tf.strings.substr(raw, HEADER_BYTES, token_bytes), tf.int32)  # [tokens]
+    mel_bytes = 2 * header[2] * header[3]
+    mel = tf.io.decode_raw(tf.strings.substr(raw, HEADER_BYTES + token_bytes, mel_bytes), tf.float16)
+    return tokens, tf.reshape(mel, [-1, n_mels])  # [frames, n_mels]
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole cache
+# ---------------------------------------------------------------------------------------------
+
+class FeatureCache:
+    """The index of a prepared cache (ids, lengths, speakers, tokens) plus per-utterance feature files.
+
+    Loading reads ``index.npz`` only; features are read from disk on demand (``utterance_mel``), so
+    memory does not grow with the corpus' audio. ``mel`` (every mel concatenated) exists for small
+    caches in tests and tools.
+    """
+
+    def __init__(self, cache_dir: Path, manifest: dict[str, Any], index: dict[str, np.ndarray]) -> None:
+        self.cache_dir, self.manifest = Path(cache_dir), manifest
+        self.ids: list[str] = [str(i) for i in index["ids"]]
+        self.files: list[str] = [str(f) for f in index["files"]]  # relative to cache_dir
+        self.tokens = index["tokens"].astype(np.int32, copy=False)  # [sum tokens]
+        self.token_lengths = index["token_lengths"].astype(np.int32, copy=False)  # [utterances]
+        self.mel_lengths = index["mel_lengths"].astype(np.int32, copy=False)  # [utterances]
+        self.speaker_ids = index["speaker_ids"].astype(np.int32, copy=False)  # [utterances]
+        self.language_ids = index["language_ids"].astype(np.int32, copy=False)  # [utterances]
 
     @classmethod
     def load(cls, cfg: Any, lengths_only: bool = False) -> "FeatureCache":
-        """Load ``cfg.cache_dir``; raises CacheError if it is missing or stale (features never reused stale)."""
+        """Load ``cfg.cache_dir``'s index; raises CacheError if it is missing or stale (never reused stale).
+
+        ``lengths_only`` is kept for callers of format 1; the index is always small.
+        """
         cache_dir = Path(cfg.cache_dir)
         manifest, problem = check_manifest(cache_dir, cfg.feature_hash(), feature_params(cfg))
         if manifest is None:
             raise CacheError(f"Cannot use the feature cache: {problem}. Run `myxtts prepare --config <your config>` "
                              "to (re)build it.")
-        keys = ["ids", "token_lengths", "mel_lengths", "speaker_ids"] + ([] if lengths_only else ["tokens", "mel"])
-        parts: dict[str, list[np.ndarray]] = {key: [] for key in keys}
-        for shard in manifest["shards"]:
-            with np.load(cache_dir / SHARD_DIR / shard["file"], allow_pickle=False) as data:
-                for key in keys:
-                    parts[key].append(data[key])
-        n_mels = int(manifest["n_mels"])
-
-        def joined(key: str, dtype: Any, empty_shape: tuple[int, ...] = (0,)) -> np.ndarray:
-            return np.concatenate(parts[key]).astype(dtype, copy=False) if parts[key] else np.zeros(empty_shape, dtype)
-
-        return cls(cache_dir=cache_dir, manifest=manifest, ids=[str(i) for i in joined("ids", str)],
-                   tokens=joined("tokens", np.int32) if not lengths_only else np.zeros(0, np.int32),
-                   token_lengths=joined("token_lengths", np.int32),
-                   mel=None if lengths_only else joined("mel", np.float16, (0, n_mels)),
-                   mel_lengths=joined("mel_lengths", np.int32), speaker_ids=joined("speaker_ids", np.int32))
+        return cls(cache_dir, manifest, load_index(cache_dir))
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -125,8 +183,16 @@ class FeatureCache:
         return list(self.manifest["speakers"])
 
     @property
+    def languages(self) -> list[str]:
+        return list(self.manifest["languages"])
+
+    @property
     def n_mels(self) -> int:
         return int(self.manifest["n_mels"])
+
+    def paths(self) -> list[str]:
+        """Absolute path of every utterance file, in row order."""
+        return [str(self.cache_dir / f) for f in self.files]
 
     def split_indices(self, split: str) -> np.ndarray:
         """Row indices of the utterances of ``split`` ("train" or "validation"), in cache order."""
@@ -138,13 +204,30 @@ class FeatureCache:
     def token_offsets(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(self.token_lengths, dtype=np.int64)])  # [utterances + 1]
 
-    def mel_offsets(self) -> np.ndarray:
-        return np.concatenate([[0], np.cumsum(self.mel_lengths, dtype=np.int64)])  # [utterances + 1]
-
     def utterance_mel(self, index: int) -> np.ndarray:
-        offsets = self.mel_offsets()
-        return self.mel[offsets[index]:offsets[index + 1]]  # [frames, n_mels] float16
+        return read_utterance(self.cache_dir / self.files[index])[1]  # [frames, n_mels] float16
 
     def utterance_tokens(self, index: int) -> np.ndarray:
         offsets = self.token_offsets()
         return self.tokens[offsets[index]:offsets[index + 1]]  # [tokens] int32
+
+    @property
+    def mel(self) -> np.ndarray:
+        """Every mel concatenated [sum frames, n_mels] float16: reads the whole cache (small caches only)."""
+        parts = [self.utterance_mel(i) for i in range(len(self))]
+        return np.concatenate(parts) if parts else np.zeros((0, self.n_mels), np.float16)
+
+
+def load_index(cache_dir: Path) -> dict[str, np.ndarray]:
+    with np.load(Path(cache_dir) / INDEX_FILE, allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}
+
+
+def save_index(cache_dir: Path, index: dict[str, np.ndarray]) -> int:
+    """Write ``index.npz`` atomically; returns its size in bytes."""
+    path = Path(cache_dir) / INDEX_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as handle:
+        np.savez(handle, **index)
+    os.replace(tmp, path)
+    return path.stat().st_size

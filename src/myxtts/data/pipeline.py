@@ -2,12 +2,17 @@
 
 Two sources, same batch-dict contract (docs/architecture.md):
 
-- **cache** (default): every shard of the prepared cache is loaded into memory once; tokens and mels
-  live in ``tf.RaggedTensor`` s and each element is a ``tf.gather`` by row index (TF ops only: no
-  Python generator, no py_function). Order: row indices -> shuffle -> repeat -> parse map (gather)
-  -> reference map -> bucket + pad -> prefetch. The shuffle runs on row indices, before the gather,
-  so its buffer holds int64s instead of mels (2048 LJSpeech mels would be ~370 MB); no
-  ``dataset.cache()`` since the source already is in memory.
+- **cache** (default): streamed from disk. Only the cache index (lengths, speakers, one file path per
+  utterance) is in memory; each element reads its utterance file with ``tf.io.read_file`` +
+  ``tf.io.decode_raw`` (TF ops only: no Python generator, no py_function). Order: row indices ->
+  shuffle -> repeat -> parse map (read) -> reference map (read another file, crop) -> bucket + pad
+  -> prefetch. Memory is bounded independent of the corpus size: what is in flight (parallel maps,
+  one window per bucket, prefetch) plus 4 bytes per utterance in the shuffle buffer.
+  Shuffle quality: the buffer holds row indices, not features, so ``data.shuffle_buffer_size`` >=
+  the number of training utterances (default 65536: LJSpeech is 13,100) is an exact uniform
+  permutation each epoch; a smaller buffer mixes within a window of that many rows of the cache
+  order (corpus order). A checkpointed iterator stores the position and that buffer of ints (small
+  and exact; resume continues the same permutation).
 - **on the fly** (``data.use_tf_native_loading: true``): ``tf_load_wav`` + ``MelFrontend`` inside the
   parse map (TF ops only). It uses the prepared manifest for the accepted ids, splits and speaker
   table, and ``vocab.json``; tokens are encoded ahead in Python once at construction (text is
@@ -22,8 +27,11 @@ its own rows, so no validation utterance is dropped. The bucket plan is computed
 (train and validation), so both splits share the same signatures and nothing retraces.
 
 References (voice conditioning): for each utterance, another utterance of the same speaker (chosen
-at random among all cached utterances) when there is one, else itself; then a random crop of
+at random among all cached utterances, never the target itself); then a random crop of
 ``data.reference_frames`` frames (zero-padded when shorter, ``reference_lengths`` = true length).
+Single-clip policy: an utterance whose speaker has no other accepted clip is not trained or
+validated on (a crop of the target as its own reference would leak the answer); it stays in the
+cache, ``prepare`` counts these clips in its report and manifest and the pipeline logs the count.
 All random ops are stateless, seeded by (data.seed, element position), so a run is reproducible.
 """
 
@@ -38,7 +46,7 @@ import tensorflow as tf
 
 from myxtts.config import AUTOTUNE
 from myxtts.data.buckets import PLAN_FILE, BucketParams, BucketPlan, FillReport, log_misfits, plan_buckets
-from myxtts.data.cache import VOCAB_FILE, CacheError, FeatureCache, check_manifest, feature_params
+from myxtts.data.cache import CacheError, FeatureCache, tf_read_utterance
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +66,9 @@ def uniform_index(seed: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
 
 def pick_reference_row(row: tf.Tensor, seed: tf.Tensor, tables: dict[str, tf.Tensor]) -> tf.Tensor:
     """Another row of the same speaker (uniform over the others), or ``row`` itself when it is alone.
+
+    The pipeline never asks for a row that is alone (single-clip policy, ``single_clip_rows``), so a
+    batch's reference is never cut from its own target.
 
     ``tables``: ``group_start`` / ``group_size`` / ``position`` per row and ``members`` (rows sorted by
     speaker), all int32.
@@ -95,7 +106,11 @@ def bucket_key(element: dict[str, tf.Tensor]) -> tf.Tensor:
 # ---------------------------------------------------------------------------------------------
 
 class _CacheSource:
-    """All utterances of the cache in RaggedTensors; parse = gather by row."""
+    """The cache index in memory (lengths, speakers, file paths); parse = read one utterance file.
+
+    Memory does not grow with the audio: per utterance it holds a path and four int32s, and only the
+    elements in flight (parse map, bucket windows, prefetch) hold features.
+    """
 
     def __init__(self, cfg: Any, cache: FeatureCache | None) -> None:
         self.cache = cache if cache is not None else FeatureCache.load(cfg)
@@ -103,22 +118,19 @@ class _CacheSource:
         self.ids, self.manifest = c.ids, c.manifest
         self.token_lengths, self.mel_lengths, self.speaker_ids = c.token_lengths, c.mel_lengths, c.speaker_ids
         self.n_mels = c.n_mels
-        self.tokens = tf.RaggedTensor.from_row_lengths(tf.constant(c.tokens), tf.constant(c.token_lengths))
-        self.mel = tf.RaggedTensor.from_row_lengths(tf.constant(c.mel), tf.constant(c.mel_lengths))  # float16
+        self.paths = tf.constant(c.paths())  # [utterances] string
 
-    def _row(self, ragged: tf.RaggedTensor, row: tf.Tensor) -> tf.Tensor:
-        """Row ``row`` of ``ragged``: one slice of its flat values (cheaper than RaggedTensor.__getitem__)."""
-        splits = ragged.row_splits  # [utterances + 1] int64
-        row = tf.cast(row, tf.int64)
-        return ragged.values[splits[row]:splits[row + 1]]
+    def _read(self, row: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return tf_read_utterance(tf.gather(self.paths, row), self.n_mels)  # tokens [t] int32, mel [f, n_mels] f16
 
     def parse(self, row: tf.Tensor) -> dict[str, tf.Tensor]:
-        tokens = self._row(self.tokens, row)  # [tokens] int32
-        mel = tf.cast(self._row(self.mel, row), tf.float32)  # [frames, n_mels]
+        tokens, mel = self._read(row)
+        mel = tf.cast(mel, tf.float32)  # [frames, n_mels]
         return {"tokens": tokens, "mel": tf.ensure_shape(mel, [None, self.n_mels])}
 
     def reference_mel(self, row: tf.Tensor, frames: int, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        mel = self._row(self.mel, row)  # [frames_row, n_mels] float16
+        _, mel = self._read(row)  # [frames_row, n_mels] float16
+        mel = tf.ensure_shape(mel, [None, self.n_mels])
         start = crop_start(tf.shape(mel)[0], frames, seed)
         reference, length = crop_and_pad(mel, start, frames)  # crop first, then cast only the crop
         return tf.cast(reference, tf.float32), length
@@ -132,19 +144,19 @@ class _WavSource:
 
         from myxtts.audio import MelFrontend
         from myxtts.data.corpus import read_corpus
-        from myxtts.text import TextProcessor, Vocabulary
 
-        cache_dir = Path(cfg.cache_dir)
-        manifest, problem = check_manifest(cache_dir, cfg.feature_hash(), feature_params(cfg))
-        if manifest is None:
-            raise CacheError(f"data.use_tf_native_loading needs the manifest of `myxtts prepare` (accepted ids, "
-                             f"splits, speakers, vocabulary): {problem}.")
-        self.manifest = manifest
-        accepted = set(manifest["splits"]["train"]) | set(manifest["splits"]["validation"])
-        entries = [e for e in read_corpus(cfg.corpus_path, cfg.data.corpus_format, cfg.data.language).entries
-                   if e.id in accepted]
-        processor = TextProcessor(cfg.text, Vocabulary.load(cache_dir / VOCAB_FILE))
-        token_lists = processor.encode_many([e.text for e in entries])  # encoded once, here, in Python
+        try:
+            cache = FeatureCache.load(cfg)  # the index: accepted ids, tokens (per language), splits, speakers
+        except CacheError as err:
+            raise CacheError(f"data.use_tf_native_loading needs the index of `myxtts prepare` (accepted ids, "
+                             f"tokens, splits, speakers): {err}") from None
+        self.manifest = cache.manifest
+        by_id = {e.id: e for e in read_corpus(cfg.corpus_path, cfg.data.corpus_format, cfg.data.language).entries}
+        missing = [utterance_id for utterance_id in cache.ids if utterance_id not in by_id]
+        if missing:
+            raise CacheError(f"{len(missing)} cached utterance(s) are no longer in {cfg.corpus_path} (e.g. "
+                             f"{missing[0]!r}); run `myxtts prepare` to update the cache.")
+        entries = [by_id[utterance_id] for utterance_id in cache.ids]
         self.frontend = MelFrontend(cfg.audio)
         self.sample_rate, self.hop = cfg.audio.sample_rate, cfg.audio.hop_length
         frames = []
@@ -155,15 +167,12 @@ class _WavSource:
                                  "the TF-native loader cannot resample. Set data.use_tf_native_loading: false "
                                  "to train from the prepared cache (prepare converts every clip).")
             frames.append(self.frontend.num_frames(info.frames))
-        speakers = {name: index for index, name in enumerate(manifest["speakers"])}
-        self.ids = [e.id for e in entries]
-        self.token_lengths = np.array([len(t) for t in token_lists], np.int32)
+        self.ids = cache.ids
+        self.token_lengths, self.speaker_ids = cache.token_lengths, cache.speaker_ids
         self.mel_lengths = np.array(frames, np.int32)
-        self.speaker_ids = np.array([speakers[e.speaker] for e in entries], np.int32)
         self.n_mels = cfg.audio.n_mels
         self.paths = tf.constant([str(e.audio_path) for e in entries])
-        flat = np.concatenate([np.asarray(t, np.int32) for t in token_lists]) if token_lists else np.zeros(0, np.int32)
-        self.tokens = tf.RaggedTensor.from_row_lengths(tf.constant(flat), tf.constant(self.token_lengths))
+        self.tokens = tf.RaggedTensor.from_row_lengths(tf.constant(cache.tokens), tf.constant(self.token_lengths))
 
     def _mel(self, waveform: tf.Tensor) -> tf.Tensor:
         return tf.ensure_shape(self.frontend.in_graph(waveform), [None, self.n_mels])  # [frames, n_mels]
@@ -192,10 +201,11 @@ class _WavSource:
 class InputPipeline:
     """Batches of the ``split`` ("train" or "validation") in the shapes of ``signatures()``."""
 
-    def __init__(self, cfg: Any, split: str = "train", cache: FeatureCache | None = None) -> None:
+    def __init__(self, cfg: Any, split: str = "train", cache: FeatureCache | None = None, replicas: int = 1) -> None:
+        """``replicas``: devices each batch is split over; bucket batch sizes are then multiples of it."""
         if split not in ("train", "validation"):
             raise ValueError(f"InputPipeline split must be 'train' or 'validation', got {split!r}.")
-        self.cfg, self.split = cfg, split
+        self.cfg, self.split, self.replicas = cfg, split, replicas
         d = cfg.data
         self.source = _WavSource(cfg) if d.use_tf_native_loading else _CacheSource(cfg, cache)
         s = self.source
@@ -206,15 +216,23 @@ class InputPipeline:
         split_rows = np.flatnonzero(in_split)
         self.skipped_ids = log_misfits(self.plan, [s.ids[i] for i in split_rows], s.token_lengths[split_rows],
                                        s.mel_lengths[split_rows], split=split)
-        self.rows = split_rows[self.row_buckets[split_rows] >= 0]  # [fitting utterances of the split]
+        self.reference_tables = _speaker_tables(s.speaker_ids)
+        alone = single_clip_rows(s.speaker_ids)  # [utterances] bool: no other clip of the speaker
+        self.single_clip_ids = [s.ids[i] for i in split_rows[alone[split_rows]]]
+        if self.single_clip_ids:
+            logger.warning("single-clip speakers: %d %s clip(s) not trained on (no other clip of the speaker to use "
+                           "as reference): %s", len(self.single_clip_ids), split,
+                           ", ".join(self.single_clip_ids[:10]) + (" ..." if len(self.single_clip_ids) > 10 else ""))
+        usable = (self.row_buckets[split_rows] >= 0) & ~alone[split_rows]
+        self.rows = split_rows[usable]  # [fitting utterances of the split that have a reference]
         if self.rows.size == 0:
             raise ValueError(f"No {split} utterance fits the bucket plan ({self.plan.describe()}); raise "
-                             "data.max_text_length / data.max_mel_frames (see `myxtts stats`).")
-        self.reference_tables = _speaker_tables(s.speaker_ids)
+                             "data.max_text_length / data.max_mel_frames (see `myxtts stats`) or add a second "
+                             "clip to single-clip speakers.")
 
     def _load_plan(self) -> BucketPlan:
         """The plan saved by prepare when it matches the data settings, else computed on all utterances."""
-        params = BucketParams.from_config(self.cfg.data)
+        params = BucketParams.from_config(self.cfg.data, self.replicas)
         path = Path(self.cfg.cache_dir) / PLAN_FILE
         if path.is_file():
             try:
@@ -305,7 +323,16 @@ class InputPipeline:
         dataset = dataset.group_by_window(key_func=bucket_key, reduce_func=self._batch_bucket,
                                           window_size_func=self._window_size)
         dataset = dataset.map(lambda batch: {key: batch[key] for key in BATCH_KEYS}, num_parallel_calls=parallel)
+        if d.service_address:  # everything above runs on the tf.data service workers (myxtts.data.service)
+            from myxtts.data.service import distribute
+
+            dataset = distribute(dataset, d.service_address)
         return self._prefetch(dataset)
+
+    @property
+    def checkpointable(self) -> bool:
+        """Whether an iterator of ``dataset()`` can be saved in a checkpoint (not through a tf.data service)."""
+        return not self.cfg.data.service_address
 
     def _window_size(self, key: tf.Tensor) -> tf.Tensor:
         return tf.gather(tf.constant([b.batch_size for b in self.plan.buckets], tf.int64), key)
@@ -323,13 +350,18 @@ class InputPipeline:
         return window.padded_batch(self._window_size(key), padded_shapes=shapes, drop_remainder=True)
 
     def _prefetch(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        # host prefetch only: an iterator ending in prefetch_to_device / copy_to_device is a generator dataset
+        # that cannot be checkpointed, so the copy to the accelerator (data.prefetch_to_gpu) is done by the
+        # trainer one step ahead of the device (training/device_feed.py), after the checkpointed iterator
         d = self.cfg.data
         buffer = tf.data.AUTOTUNE if d.prefetch_buffer_size == AUTOTUNE else d.prefetch_buffer_size
-        if d.prefetch_to_gpu and tf.config.list_physical_devices("GPU"):
-            # must be the last transformation; None lets tf.data pick the device buffer size
-            return dataset.apply(tf.data.experimental.prefetch_to_device(
-                "/GPU:0", buffer_size=None if d.prefetch_buffer_size == AUTOTUNE else d.prefetch_buffer_size))
         return dataset.prefetch(buffer)
+
+
+def single_clip_rows(speaker_ids: np.ndarray) -> np.ndarray:
+    """[utterances] bool: True where the utterance's speaker has no other utterance in the cache."""
+    counts = np.bincount(speaker_ids) if speaker_ids.size else np.zeros(0, np.int64)
+    return counts[speaker_ids] == 1 if speaker_ids.size else np.zeros(0, dtype=bool)
 
 
 def _speaker_tables(speaker_ids: np.ndarray) -> dict[str, np.ndarray]:

@@ -1,15 +1,21 @@
-"""``myxtts prepare``: validate every clip once, compute features in batches, write a sharded cache.
+"""``myxtts prepare``: validate every clip once, compute features, write the cache; later runs update it.
 
 Each clip is checked (audio decodes, finite, duration within data.min/max_duration, not silent, text
-encodes) and either accepted or written to ``rejected.csv`` with a named reason. Accepted clips get
-their log mel computed with ``MelFrontend.batch`` and are written in shards of
-``data.cache_shard_size`` utterances (see ``myxtts.data.cache`` for the layout).
+encodes in the clip's language) and either accepted or written to ``rejected.csv`` with a named
+reason. Accepted clips get their log mel computed with ``MelFrontend`` and written to one file per
+utterance (see ``myxtts.data.cache`` for the layout). Clips are processed by ``workers`` threads
+(decode, resampling and the mel's TF ops all release the GIL, so the cores are busy in parallel).
 
-Crash safety: the old manifest is deleted before anything else is written, every shard and the
-manifest are written to a temporary name and renamed, and the manifest (written last) is what makes a
-cache valid. A crash therefore leaves no cache that looks valid. A rerun with the same feature hash
-reuses the cache; any change of an audio / text / corpus / filter parameter changes the hash and
-triggers a rebuild (the reason is reported).
+Freshness: the manifest records a fingerprint per clip (path, size, modification time, text,
+speaker, language; ``myxtts.data.fingerprint``) and of the whole corpus. A rerun compares them:
+nothing changed -> the cache is reused (no audio read); otherwise only the new or changed clips are
+processed, removed ones dropped, and the report says how many of each. Any change of an audio / text
+/ corpus / filter parameter changes the feature hash and rebuilds everything (the reason is reported).
+
+Crash safety: new utterance files get new names (their key covers the clip's fingerprint), the index
+and the manifest are written to a temporary name and renamed, the manifest last, and files the old
+manifest names are deleted only after the new one is in place. A full rebuild deletes the old
+manifest first. A crash therefore leaves either the previous valid cache or no valid-looking cache.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ import json
 import logging
 import os
 import platform
+import shutil
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,14 +39,15 @@ from typing import Any, Callable
 import numpy as np
 
 from myxtts.data.buckets import PLAN_FILE, BucketParams, BucketPlan, log_misfits, plan_buckets
-from myxtts.data.cache import (MANIFEST_FILE, REJECTED_FILE, SHARD_DIR, VOCAB_FILE, CacheError, FeatureCache,
-                               check_manifest, feature_params)
+from myxtts.data.cache import (FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, REJECTED_FILE, UTTERANCE_DIR, VOCAB_FILE,
+                               CacheError, FeatureCache, check_manifest, feature_params, load_index, save_index,
+                               write_utterance)
 from myxtts.data.corpus import CorpusEntry, Rejection, read_corpus
+from myxtts.data.fingerprint import CorpusDiff, clip_fingerprint, corpus_fingerprint, diff_corpus
+from myxtts.data.language import TextProcessors
 
 logger = logging.getLogger(__name__)
 
-MEL_BATCH_CLIPS = 16  # clips per MelFrontend.batch call (one graph call, bounded memory)
-FORMAT_VERSION = 1
 
 # Reason codes added by prepare (audio reasons come from AudioError.reason, text ones from TextError.reason)
 TOO_SHORT = "too_short"
@@ -50,8 +59,8 @@ NON_FINITE = "non_finite"
 @dataclass
 class PrepareResult:
     cache_dir: Path
-    reused: bool
-    reason: str  # why the cache was rebuilt ("" when reused)
+    reused: bool  # True: nothing changed, the cache was used as it is
+    reason: str  # why the cache was rebuilt or updated ("" when reused)
     manifest: dict[str, Any]
     rejections: list[Rejection] = field(default_factory=list)
     seconds: float = 0.0
@@ -60,36 +69,60 @@ class PrepareResult:
         m = self.manifest
         lines = []
         if self.reused:
-            lines.append(f"Cache is up to date (feature hash {m['feature_hash']}); reused {self.cache_dir} "
-                         f"in {self.seconds:.2f} s.")
+            lines.append(f"Cache is up to date (feature hash {m['feature_hash']}, corpus fingerprint "
+                         f"{m['corpus_fingerprint']}); reused {self.cache_dir} in {self.seconds:.2f} s.")
         else:
+            update = m["update"]
+            rate = f", {update['clips_per_second']:.1f} clips/s on {update['workers']} thread(s)" \
+                if update["clips_per_second"] else ""
             lines.append(f"Built cache {self.cache_dir} in {self.seconds:.1f} s (feature hash {m['feature_hash']}; "
                          "mel stored as float16).")
+            lines.append(f"clips: {update['processed']} processed ({update['added']} new, {update['changed']} "
+                         f"changed{rate}), {update['reused']} reused unchanged, {update['removed']} removed")
         lines.append(f"accepted: {m['counts']['accepted']} utterances ({m['hours']:.3f} h; train "
                      f"{len(m['splits']['train'])}, validation {len(m['splits']['validation'])}), "
-                     f"speakers: {len(m['speakers'])}")
+                     f"speakers: {len(m['speakers'])}, languages: {', '.join(m['languages'])}")
         by_reason = m["counts"]["rejected_by_reason"]
         lines.append(f"rejected: {m['counts']['rejected']}" + (
             " (" + ", ".join(f"{reason}: {count}" for reason, count in sorted(by_reason.items())) + ")"
             if by_reason else ""))
         if m["counts"]["rejected"]:
             lines.append(f"see {self.cache_dir / REJECTED_FILE} for every rejected line and why")
+        single = m["counts"]["single_clip"]
+        if single["clips"]:
+            lines.append(f"single-clip speakers: {single['speakers']} speaker(s), {single['clips']} clip(s) not trained "
+                         "on (no other clip of the speaker to use as reference; kept in the cache)")
         return "\n".join(lines)
 
 
 def prepare(cfg: Any, force: bool = False, progress: bool = True,
-            echo: Callable[[str], None] = logger.info) -> PrepareResult:
-    """Build (or reuse) the feature cache of ``cfg``; see the module docstring."""
+            echo: Callable[[str], None] = logger.info, workers: int | None = None) -> PrepareResult:
+    """Build, update or reuse the feature cache of ``cfg``; see the module docstring.
+
+    ``workers``: threads processing clips (default: every core, ``os.cpu_count()``).
+    """
     started = time.perf_counter()
     cache_dir = Path(cfg.cache_dir)
-    expected_hash = cfg.feature_hash()
-    manifest, problem = check_manifest(cache_dir, expected_hash, feature_params(cfg))
+    d = cfg.data
+    manifest, problem = check_manifest(cache_dir, cfg.feature_hash(), feature_params(cfg))
+    corpus = read_corpus(cfg.corpus_path, d.corpus_format, language=d.language)
+    fingerprints = {entry.id: clip_fingerprint(entry) for entry in corpus.entries}
     if manifest is not None and not force:
-        _ensure_bucket_plan(cfg, cache_dir)
-        return PrepareResult(cache_dir, True, "", manifest, seconds=time.perf_counter() - started)
-    reason = "forced rebuild (--force)" if force else problem
+        if manifest.get("corpus_fingerprint") == corpus_fingerprint(corpus.entries, fingerprints, corpus.rejections):
+            _ensure_bucket_plan(cfg, cache_dir)
+            return PrepareResult(cache_dir, True, "", manifest, seconds=time.perf_counter() - started)
+    if manifest is None or force:
+        reason = "forced rebuild (--force)" if force else problem
+        (cache_dir / MANIFEST_FILE).unlink(missing_ok=True)  # invalidate first: a crash leaves no valid-looking cache
+        previous, kept = {}, {}
+    else:
+        previous, kept = _previous_clips(cache_dir, manifest)
+    diff = diff_corpus(corpus.entries, fingerprints, previous)
+    if previous:
+        reason = f"corpus changed: {diff.describe()}"
     echo(f"Preparing features: {reason}.")
-    manifest = _build(cfg, cache_dir, progress)
+    manifest = _build(cfg, cache_dir, corpus, fingerprints, previous, kept, diff, progress,
+                      workers or os.cpu_count() or 1)
     rejections = _read_rejections(cache_dir)
     return PrepareResult(cache_dir, False, reason, manifest, rejections, time.perf_counter() - started)
 
@@ -135,117 +168,163 @@ def validate_clip(entry: CorpusEntry, cfg: Any, text_processor: Any) -> tuple[np
 
 
 # ---------------------------------------------------------------------------------------------
-# building the cache
+# building the cache (incrementally)
 # ---------------------------------------------------------------------------------------------
 
-class _ShardWriter:
-    """Accumulates accepted utterances and writes a shard every ``shard_size`` of them (atomically)."""
+@dataclass
+class _Clip:
+    """What the cache index keeps per accepted utterance."""
 
-    def __init__(self, shard_dir: Path, shard_size: int, n_mels: int) -> None:
-        self.shard_dir, self.shard_size, self.n_mels = shard_dir, shard_size, n_mels
-        self.pending: list[tuple[str, list[int], np.ndarray, int]] = []
-        self.shards: list[dict[str, Any]] = []
-
-    def add(self, utterance_id: str, tokens: list[int], mel: np.ndarray, speaker_id: int) -> None:
-        self.pending.append((utterance_id, tokens, mel, speaker_id))
-        if len(self.pending) >= self.shard_size:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        name = f"shard-{len(self.shards):05d}.npz"
-        ids, tokens, mels, speakers = zip(*self.pending)
-        arrays = {
-            "ids": np.array(ids, dtype=str),
-            "tokens": np.concatenate([np.asarray(t, np.int32) for t in tokens]),
-            "token_lengths": np.array([len(t) for t in tokens], np.int32),
-            "mel": np.concatenate(mels).astype(np.float16),  # [sum frames, n_mels]
-            "mel_lengths": np.array([m.shape[0] for m in mels], np.int32),
-            "speaker_ids": np.array(speakers, np.int32),
-        }
-        path = self.shard_dir / name
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as handle:
-            np.savez(handle, **arrays)
-        os.replace(tmp, path)  # atomic rename: a shard is either complete or absent
-        self.shards.append({"file": name, "count": len(ids), "frames": int(arrays["mel_lengths"].sum()),
-                            "bytes": path.stat().st_size})
-        self.pending = []
+    tokens: list[int]
+    frames: int
+    samples: int
+    file: str  # relative to the cache dir
 
 
-def _build(cfg: Any, cache_dir: Path, progress: bool) -> dict[str, Any]:
+def _utterance_file(utterance_id: str, fingerprint: str, feature_hash: str) -> str:
+    key = hashlib.sha256(f"{utterance_id}\0{fingerprint}\0{feature_hash}".encode("utf-8")).hexdigest()[:24]
+    return f"{UTTERANCE_DIR}/{key[:2]}/{key}.utt"
+
+
+def _process_clip(entry: CorpusEntry, fingerprint: str, cfg: Any, processors: TextProcessors, frontend: Any,
+                  cache_dir: Path, feature_hash: str) -> _Clip | Rejection:
+    """Validate, compute the mel and write the utterance file of one clip (runs in a worker thread)."""
+    checked = validate_clip(entry, cfg, processors.for_language(entry.language))
+    if isinstance(checked, Rejection):
+        return checked
+    waveform, tokens = checked
+    mel = frontend.batch([waveform])[0]  # [frames, n_mels] float32 (TF releases the GIL: threads overlap)
+    file = _utterance_file(entry.id, fingerprint, feature_hash)
+    write_utterance(cache_dir / file, np.asarray(tokens, np.int32), mel)
+    return _Clip(list(tokens), int(mel.shape[0]), int(waveform.shape[0]), file)
+
+
+def _previous_clips(cache_dir: Path, manifest: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, _Clip]]:
+    """(manifest ``clips`` table, accepted clips rebuilt from the index) of a usable previous cache."""
+    if manifest is None:
+        return {}, {}
+    index = load_index(cache_dir)
+    offsets = np.concatenate([[0], np.cumsum(index["token_lengths"], dtype=np.int64)])
+    table = manifest.get("clips", {})
+    kept = {}
+    for row, utterance_id in enumerate(str(i) for i in index["ids"]):
+        file = str(index["files"][row])
+        if (cache_dir / file).is_file():  # a deleted utterance file is processed again
+            kept[utterance_id] = _Clip(index["tokens"][offsets[row]:offsets[row + 1]].tolist(),
+                                       int(index["mel_lengths"][row]), int(table[utterance_id]["samples"]), file)
+    return table, kept
+
+
+def _build(cfg: Any, cache_dir: Path, corpus: Any, fingerprints: dict[str, str], previous: dict[str, Any],
+           kept: dict[str, _Clip], diff: CorpusDiff, progress: bool, workers: int) -> dict[str, Any]:
     from tqdm import tqdm
 
     from myxtts.audio import MelFrontend
-    from myxtts.text import TextProcessor
 
     d = cfg.data
+    feature_hash = cfg.feature_hash()
     cache_dir.mkdir(parents=True, exist_ok=True)
-    (cache_dir / MANIFEST_FILE).unlink(missing_ok=True)  # invalidate first: a crash leaves no valid-looking cache
-    shard_dir = cache_dir / SHARD_DIR
-    shard_dir.mkdir(exist_ok=True)
-    for old in shard_dir.glob("shard-*"):
-        old.unlink()
-    corpus = read_corpus(cfg.corpus_path, d.corpus_format, language=d.language)
-    rejections = list(corpus.rejections)
-    text_processor = TextProcessor(cfg.text)
+    processors = TextProcessors(cfg)
     frontend = MelFrontend(cfg.audio)
-    writer = _ShardWriter(shard_dir, d.cache_shard_size, cfg.audio.n_mels)
-    speakers: dict[str, int] = {}  # speaker name -> id, in order of first accepted utterance
-    accepted: list[tuple[str, int, int]] = []  # (id, token count, mel frames)
-    total_samples = 0
-    batch: list[tuple[CorpusEntry, np.ndarray, list[int]]] = []
-
-    def flush_batch() -> None:
-        mels = frontend.batch([wave for _, wave, _ in batch])  # each [frames, n_mels] float32
-        for (entry, _, tokens), mel in zip(batch, mels):
-            speaker_id = speakers.setdefault(entry.speaker, len(speakers))
-            writer.add(entry.id, tokens, mel, speaker_id)
-            accepted.append((entry.id, len(tokens), mel.shape[0]))
-        batch.clear()
-
-    for entry in tqdm(corpus.entries, desc="prepare", unit="clip", disable=not progress, leave=False):
-        checked = validate_clip(entry, cfg, text_processor)
-        if isinstance(checked, Rejection):
-            rejections.append(checked)
-            continue
-        waveform, tokens = checked
-        total_samples += waveform.shape[0]
-        batch.append((entry, waveform, tokens))
-        if len(batch) >= MEL_BATCH_CLIPS:
-            flush_batch()
-    if batch:
-        flush_batch()
-    writer.flush()
-    if len(accepted) <= d.validation_size:
+    clips: dict[str, _Clip] = {}
+    clip_rejections: dict[str, Rejection] = {}
+    todo = []
+    for entry in corpus.entries:
+        old = previous.get(entry.id)
+        if entry.id in diff.unchanged and entry.id in kept:
+            clips[entry.id] = kept[entry.id]
+        elif entry.id in diff.unchanged and old is not None and "rejected" in old:
+            reason, file, detail = old["rejected"]  # unchanged clip, rejected before: same verdict, new line number
+            clip_rejections[entry.id] = Rejection(file, entry.line_number, reason,
+                                                  f"line {entry.line_number} ('{entry.id}'): {detail}")
+        else:
+            todo.append(entry)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = pool.map(lambda e: _process_clip(e, fingerprints[e.id], cfg, processors, frontend, cache_dir,
+                                                   feature_hash), todo)
+        for entry, result in tqdm(zip(todo, results), total=len(todo), desc="prepare", unit="clip",
+                                  disable=not progress, leave=False):
+            if isinstance(result, Rejection):
+                clip_rejections[entry.id] = result
+            else:
+                clips[entry.id] = result
+    process_seconds = time.perf_counter() - started
+    accepted = [e for e in corpus.entries if e.id in clips]  # corpus order
+    rejections = list(corpus.rejections) + [clip_rejections[e.id] for e in corpus.entries if e.id in clip_rejections]
+    speakers: dict[str, int] = {}  # name -> id, in order of first accepted utterance
+    languages: dict[str, int] = {}
+    for entry in accepted:
+        speakers.setdefault(entry.speaker, len(speakers))
+        languages.setdefault(entry.language, len(languages))
+    clips_per_speaker = Counter(e.speaker for e in accepted)
+    single_ids = [e.id for e in accepted if clips_per_speaker[e.speaker] == 1]
+    if len(accepted) - len(single_ids) <= d.validation_size:
         raise CacheError(f"Only {len(accepted)} utterance(s) were accepted from {cfg.corpus_path} "
                          f"({len(rejections)} rejected, see {cache_dir / REJECTED_FILE}); data.validation_size = "
-                         f"{d.validation_size} would leave none for training.")
+                         f"{d.validation_size} would leave none for training (clips of single-clip speakers are not "
+                         "trained on).")
     _write_rejections(cache_dir, rejections)
-    text_processor.vocabulary.save(cache_dir / VOCAB_FILE)
-    ids = [utterance_id for utterance_id, _, _ in accepted]
-    validation = set(validation_ids(ids, d.validation_size))
+    processors.vocabulary.save(cache_dir / VOCAB_FILE)
+    ids = [e.id for e in accepted]
+    single_set = set(single_ids)
+    # validation only among clips that have a reference (single-clip policy: see data/pipeline.py)
+    validation = set(validation_ids([i for i in ids if i not in single_set], d.validation_size))
+    token_lists = [clips[i].tokens for i in ids]
+    index = {
+        "ids": np.array(ids, dtype=str), "files": np.array([clips[i].file for i in ids], dtype=str),
+        "tokens": np.concatenate([np.asarray(t, np.int32) for t in token_lists]),
+        "token_lengths": np.array([len(t) for t in token_lists], np.int32),
+        "mel_lengths": np.array([clips[i].frames for i in ids], np.int32),
+        "speaker_ids": np.array([speakers[e.speaker] for e in accepted], np.int32),
+        "language_ids": np.array([languages[e.language] for e in accepted], np.int32),
+    }
+    index_bytes = save_index(cache_dir, index)
+    table: dict[str, Any] = {i: {"fingerprint": fingerprints[i], "file": clips[i].file, "samples": clips[i].samples}
+                             for i in ids}
+    for utterance_id, rejection in clip_rejections.items():
+        prefix = f"line {rejection.line} ('{utterance_id}'): "
+        detail = rejection.message[len(prefix):] if rejection.message.startswith(prefix) else rejection.message
+        table[utterance_id] = {"fingerprint": fingerprints[utterance_id],
+                               "rejected": [rejection.reason, rejection.file, detail]}
     counts = Counter(r.reason for r in rejections)
     manifest = {
         "format_version": FORMAT_VERSION,
-        "feature_hash": cfg.feature_hash(),
+        "feature_hash": feature_hash,
         "feature_params": feature_params(cfg),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "versions": _versions(),
         "corpus": str(cfg.corpus_path),
-        "counts": {"accepted": len(accepted), "rejected": len(rejections), "rejected_by_reason": dict(counts)},
-        "hours": total_samples / cfg.audio.sample_rate / 3600.0,
+        "corpus_fingerprint": corpus_fingerprint(corpus.entries, fingerprints, corpus.rejections),
+        "counts": {"accepted": len(accepted), "rejected": len(rejections), "rejected_by_reason": dict(counts),
+                   "single_clip": {"speakers": len(single_ids), "clips": len(single_ids)}},
+        "update": {"processed": len(todo), "added": len(diff.added), "changed": len(diff.changed),
+                   "removed": len(diff.removed), "reused": len(corpus.entries) - len(todo),
+                   "seconds": round(process_seconds, 3), "workers": workers,
+                   "clips_per_second": round(len(todo) / process_seconds, 1) if todo and process_seconds > 0 else None},
+        "single_clip_ids": single_ids,
+        "hours": sum(clips[i].samples for i in ids) / cfg.audio.sample_rate / 3600.0,
         "speakers": list(speakers),
+        "languages": list(languages),
         "n_mels": cfg.audio.n_mels,
         "mel_dtype": "float16",
-        "vocab_size": len(text_processor.vocabulary),
+        "vocab_size": len(processors.vocabulary),
         "splits": {"train": [i for i in ids if i not in validation], "validation": [i for i in ids if i in validation]},
-        "shards": writer.shards,
+        "index": {"file": INDEX_FILE, "bytes": index_bytes},
+        "clips": table,
     }
-    _write_bucket_plan(cfg, cache_dir, np.array([a[1] for a in accepted]), np.array([a[2] for a in accepted]), ids)
-    _atomic_write(cache_dir / MANIFEST_FILE, json.dumps(manifest, indent=1))  # last: makes the cache valid
+    _write_bucket_plan(cfg, cache_dir, index["token_lengths"], index["mel_lengths"], ids)
+    _atomic_write(cache_dir / MANIFEST_FILE, json.dumps(manifest, indent=0))  # last: makes the cache valid
+    _remove_unreferenced(cache_dir, {clips[i].file for i in ids})
     return manifest
+
+
+def _remove_unreferenced(cache_dir: Path, referenced: set[str]) -> None:
+    """Delete utterance files (and leftovers of format 1) the new manifest does not name."""
+    for path in (cache_dir / UTTERANCE_DIR).glob("*/*"):
+        if path.relative_to(cache_dir).as_posix() not in referenced:
+            path.unlink(missing_ok=True)
+    shutil.rmtree(cache_dir / "shards", ignore_errors=True)
 
 
 def validation_ids(ids: list[str], count: int) -> list[str]:

@@ -9,9 +9,10 @@ Public API::
     with explain_retracing(strict=False, json_path=None) as monitor: ...
 """
 
+from myxtts.diagnostics import trace_cost
 from myxtts.diagnostics.events import CAUSES, FIRST_TRACE, JSON_FIELDS, RetraceError, RetraceEvent
 from myxtts.diagnostics.monitor import RetraceMonitor, WatchedFunction
 from myxtts.diagnostics.patching import explain_retracing
 
 __all__ = ["CAUSES", "FIRST_TRACE", "JSON_FIELDS", "RetraceError", "RetraceEvent", "RetraceMonitor",
-           "WatchedFunction", "explain_retracing"]
+           "WatchedFunction", "explain_retracing", "trace_cost"]

@@ -1,8 +1,9 @@
 """Retrace events: the record of one trace of a `tf.function`, its JSON form and the strict-mode error.
 
-Every event carries exactly the JSON fields of the contract (``JSON_FIELDS``); a few extra attributes
-(whether the trace was unexpected, how long the traced call took) live on the dataclass for the
-summary but are never written to JSON.
+Every event carries exactly the JSON fields of the contract (``JSON_FIELDS``), including what the
+trace cost (tracing seconds; XLA compile seconds for `jit_compile` functions, None otherwise); a few
+extra attributes (whether the trace was unexpected, the wall time of the call) live on the dataclass
+for the summary but are never written to JSON.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ CAUSES = (
 )
 FIRST_TRACE = "first_trace"  # the first trace of a function: recorded, never flagged
 
-JSON_FIELDS = ("function", "defined_at", "call_site", "trace", "cause", "path", "before", "after", "suggestion")
+JSON_FIELDS = ("function", "defined_at", "call_site", "trace", "cause", "path", "before", "after", "suggestion",
+               "tracing_seconds", "compile_seconds")
 
 
 @dataclass
@@ -39,9 +41,20 @@ class RetraceEvent:
     # not part of the JSON record
     unexpected: bool = field(default=False, compare=False)
     seconds: float = field(default=0.0, compare=False)  # wall time of the call that traced
+    tracing_seconds: float | None = field(default=None, compare=False)  # building the graph (trace_cost)
+    compile_seconds: float | None = field(default=None, compare=False)  # XLA estimate; None without jit_compile
+
+    @property
+    def cost_seconds(self) -> float:
+        """Time this trace cost: tracing plus XLA compilation."""
+        return (self.tracing_seconds or 0.0) + (self.compile_seconds or 0.0)
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in JSON_FIELDS}
+        record = {name: getattr(self, name) for name in JSON_FIELDS}
+        for name in ("tracing_seconds", "compile_seconds"):
+            if record[name] is not None:
+                record[name] = round(record[name], 6)
+        return record
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), default=str, sort_keys=False)
@@ -56,7 +69,15 @@ class RetraceEvent:
             return (f"{self.function} (defined at {self.defined_at}) traced for the first time from "
                     f"{self.call_site} after warm-up")
         return (f"{self.function} (defined at {self.defined_at}) traced again [trace {self.trace}] "
-                f"from {self.call_site}, cause {self.cause}{where}{change}. Fix: {self.suggestion}")
+                f"from {self.call_site}, cause {self.cause}{where}{change}{self._cost()}. Fix: {self.suggestion}")
+
+    def _cost(self) -> str:
+        if self.tracing_seconds is None and self.compile_seconds is None:
+            return ""
+        text = f" (cost {self.tracing_seconds or 0.0:.3f} s tracing"
+        if self.compile_seconds is not None:
+            text += f" + ~{self.compile_seconds:.3f} s XLA compile"
+        return text + ")"
 
 
 def _brief(description: Any) -> str:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from myxtts.diagnostics import explainer, report
+from myxtts.diagnostics import explainer, report, trace_cost
 from myxtts.diagnostics.events import FIRST_TRACE, JsonLinesSink, RetraceError, RetraceEvent
 from myxtts.diagnostics.trace_types import (FunctionIdentity, argument_names, call_site, dataclass_fix, function_identity,
                                             summarize_call)
@@ -35,7 +35,10 @@ class FunctionRecord:
     identity: FunctionIdentity
     snapshots: list = field(default_factory=list)  # explainer.Snapshot of every traced call
     traces: int = 0
-    tracing_seconds: float = 0.0
+    tracing_seconds: float = 0.0  # building graphs, all traces (trace_cost)
+    compile_seconds: float = 0.0  # XLA compile estimate, jit_compile functions only
+    lost_seconds: float = 0.0  # tracing + compile of every trace after the expected ones (retraces, recompiles)
+    steady: list = field(default_factory=list)  # wall times of recent calls that neither traced nor compiled
     causes: Counter = field(default_factory=Counter)
     jit: bool = False
     xla_shapes: set = field(default_factory=set)
@@ -65,6 +68,7 @@ class RetraceMonitor:
         self._sink = JsonLinesSink(json_path) if json_path is not None else None
         self._lock = threading.RLock()
         self._started = time.perf_counter()
+        trace_cost.install()  # times TF's graph building; a no-op after the first monitor
 
     # ---- public API ------------------------------------------------------------------------------
     def watch(self, function: Any, name: str | None = None) -> "WatchedFunction":
@@ -106,6 +110,7 @@ class RetraceMonitor:
         if getattr(_LOCAL, "depth", 0) or tf.inside_function():
             return invoke(*args, **kwargs)  # nested in a graph or in a monitored call: the outer explains
         before = function.experimental_get_tracing_count()
+        tracing_mark = trace_cost.mark()
         started = time.perf_counter()
         _LOCAL.depth = 1
         try:
@@ -117,7 +122,9 @@ class RetraceMonitor:
             _LOCAL.depth = 0
         after = function.experimental_get_tracing_count()
         if after != before:
-            self._on_trace(function, args, kwargs, label, before, after, time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            self._on_trace(function, args, kwargs, label, before, after, seconds,
+                           trace_cost.tracing_seconds(tracing_mark, seconds))
         else:
             record = self._records.get(function)
             if record is not None and record.jit:
@@ -147,32 +154,37 @@ class RetraceMonitor:
                                   trace)
 
     def _on_trace(self, function: Any, args: tuple, kwargs: dict, label: str | None, before: int, after: int,
-                  seconds: float) -> None:
+                  seconds: float, traced: float | None = None) -> None:
         with self._lock:
             record = self._record(function, label)
             snapshot = self._snapshot(function, args, kwargs, after)
             site = call_site(2)
-            record.tracing_seconds += seconds
+            traced = seconds if traced is None else traced
+            compiled = trace_cost.compile_estimate(seconds, traced, record.steady) if record.jit else None
+            cost = (traced, compiled)
+            record.tracing_seconds += traced
+            record.compile_seconds += compiled or 0.0
             new_traces = after - before
             record.traces += new_traces
             if not record.snapshots:
-                self._first_trace(record, snapshot, site, before, seconds)
+                self._first_trace(record, snapshot, site, before, seconds, cost)
                 if new_traces > 1 and before == 0:  # variables created on the first call: TF traces twice
                     self._emit(record, site, after, explainer.Explanation(
                         "variable_creation", None, None, None,
                         "expected: the function created variables on its first call, so TF traced it a second "
                         "time without variable creation. To avoid it, create the variables before the first "
-                        "call (build the model / optimizer first)."), seconds, expected=True)
+                        "call (build the model / optimizer first)."), seconds, expected=True,
+                        cost=(0.0, 0.0 if record.jit else None))  # its cost is in the first trace's
             else:
                 explanation = explainer.explain(record.snapshots, snapshot, record.label)
-                self._emit(record, site, after, explanation, seconds)
+                self._emit(record, site, after, explanation, seconds, cost=cost)
             record.snapshots.append(snapshot)
             if record.jit:
                 record.xla_shapes.add(_shape_key(snapshot))
                 record.xla_compiles += 1
 
     def _first_trace(self, record: FunctionRecord, snapshot: explainer.Snapshot, site: str, before: int,
-                     seconds: float) -> None:
+                     seconds: float, cost: tuple[float, float | None]) -> None:
         """A first trace of this tf.function object: new_function if its code was traced before."""
         # a wrapper with its own, different input_signature (one compiled function per bucket) is deliberate
         siblings = [r for r in self._by_code.get(record.identity.code, []) if r is not record and r.snapshots
@@ -180,11 +192,12 @@ class RetraceMonitor:
         if siblings:
             previous = siblings[-1]
             total = sum(r.traces for r in self._by_code[record.identity.code])
-            self._emit(record, site, total, _new_function_explanation(previous, record), seconds)
+            self._emit(record, site, total, _new_function_explanation(previous, record), seconds, cost=cost)
             return
         event = RetraceEvent(record.label, record.identity.defined_at, site, max(before + 1, 1), FIRST_TRACE,
                              None, None, _signature_description(snapshot), "none: the first trace is expected",
-                             unexpected=self._first_traces_unexpected, seconds=seconds)
+                             unexpected=self._first_traces_unexpected, seconds=seconds, tracing_seconds=cost[0],
+                             compile_seconds=cost[1])
         self.first_traces.append(event)
         record.causes[FIRST_TRACE] += 1
         self._write(event)
@@ -195,10 +208,13 @@ class RetraceMonitor:
                 raise RetraceError(event)
 
     def _emit(self, record: FunctionRecord, site: str, trace: int, explanation: explainer.Explanation,
-              seconds: float, expected: bool = False) -> None:
+              seconds: float, expected: bool = False, cost: tuple[float | None, float | None] = (None, None)) -> None:
         event = RetraceEvent(record.label, record.identity.defined_at, site, trace, explanation.cause,
                              explanation.path, explanation.before, explanation.after, explanation.suggestion,
-                             unexpected=not expected and not self.in_warmup, seconds=seconds)
+                             unexpected=not expected and not self.in_warmup, seconds=seconds,
+                             tracing_seconds=cost[0], compile_seconds=cost[1])
+        if not expected:  # a retrace or recompile: time the expected traces would not have cost
+            record.lost_seconds += event.cost_seconds
         record.causes[event.cause] += 1
         self.events.append(event)
         self._write(event)
@@ -221,8 +237,12 @@ class RetraceMonitor:
         snapshot = self._snapshot(function, args, kwargs, record.traces)
         key = _shape_key(snapshot)
         if key in record.xla_shapes:
+            record.steady.append(seconds)  # a typical run, for the compile estimate of the next new shape
+            del record.steady[:-trace_cost.STEADY_SAMPLES]
             return
         with self._lock:
+            compiled = trace_cost.compile_estimate(seconds, 0.0, record.steady)
+            record.compile_seconds += compiled
             record.xla_shapes.add(key)
             record.xla_compiles += 1
             closest = explainer.explain(record.snapshots, snapshot, record.label)
@@ -232,7 +252,7 @@ class RetraceMonitor:
                 f"new concrete shape (compilation {record.xla_compiles}) without any retrace: feed a finite set "
                 f"of static shapes (length buckets with drop_remainder=True, one input_signature per bucket) or "
                 f"drop jit_compile for this function.")
-            self._emit(record, call_site(2), record.xla_compiles, explanation, seconds)
+            self._emit(record, call_site(2), record.xla_compiles, explanation, seconds, cost=(0.0, compiled))
 
     def _maybe_unhashable(self, function: Any, args: tuple, kwargs: dict, label: str | None,
                           err: TypeError) -> None:

@@ -8,7 +8,7 @@ Three checks, each producing findings (severity, key path, message, fix):
 2. **pipeline shapes**: batches of ``InputPipeline.dataset()`` (train, and the whole validation split)
    compared key by key with ``InputPipeline.signatures()``: a batch whose shapes / dtypes are none of the
    declared signatures is an error naming the key, the expected and the actual shape;
-3. **training**: N real steps through ``myxtts.train.Trainer`` (so the exact production step functions,
+3. **training**: N real steps through ``myxtts.training.Trainer`` (so the exact production step functions,
    warm-up and trace accounting are what is checked) in a temporary run directory; every trace after
    warm-up is reported with the explainer's cause / path / before -> after / suggestion.
 
@@ -309,7 +309,7 @@ def _training_config(cfg: Config, steps: int) -> Config:
 
 def run_training(cfg: Config, steps: int, workdir: Path, echo: Callable[[str], None]) -> dict[str, Any]:
     """Train N steps through the production Trainer; return its trace accounting, events and step times."""
-    from myxtts.train import Trainer
+    from myxtts.training import Trainer
     from myxtts.training.steps import UnknownShapeError
 
     shapes: list[str] = []  # the batch shape of each step (observed, the batch passes unchanged)

@@ -1,7 +1,10 @@
 """Autoregressive mel decoder (prenet, causal transformer with cross-attention, r frames per step) and postnet.
 
-Decoder step s predicts mel frames ``[s*r, (s+1)*r)`` from the r frames of step s-1 (zeros at s=0)
-and attends over the memory = concat(text encodings, speaker latents).
+Decoder step s predicts mel frames ``[s*r, (s+1)*r)`` from the r frames of step s-1 (zeros at s=0).
+Each block attends, in separate softmaxes, over the speaker latents (the voice) and over the text
+encodings (the alignment, masked by text length). Keeping them apart is what lets the alignment
+be learnt: with one softmax over text + latents, the latents became an attention sink that took all
+the mass of the guided layer and the guided-attention loss was satisfied by ignoring the text.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ class MelDecoder(keras.layers.Layer):
         self.input_proj = keras.layers.Dense(dims.d_model, name="input_proj")
         self.positions = tf.constant(sinusoid_table(dims.max_positions, dims.d_model))
         self.blocks = [TransformerBlock(dims.d_model, dims.num_heads, dims.ff_dim, dims.dropout, sites,
-                                        cross_attention=True, name=f"block_{i}") for i in range(dims.decoder_layers)]
+                                        cross_attention=True, speaker_attention=True, name=f"block_{i}")
+                       for i in range(dims.decoder_layers)]
         self.final_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="final_norm")
         self.mel_proj = keras.layers.Dense(dims.n_mels * dims.reduction_factor, name="mel_proj")
         self.stop_proj = keras.layers.Dense(1, name="stop_proj")
@@ -60,10 +64,12 @@ class MelDecoder(keras.layers.Layer):
     def call(self, decoder_inputs, memory, memory_mask, training=False, seed=None):
         """Teacher-forced, all steps in parallel.
 
-        decoder_inputs ``[B, steps, r*n_mels]`` (frames of the previous step); memory ``[B, M, d]``;
-        memory_mask ``[B, M]`` bool. Returns mel_before ``[B, steps*r, n_mels]``, stop logits
-        ``[B, steps]`` and the alignment layer's cross-attention ``[B, steps, M]`` (mean over heads).
+        decoder_inputs ``[B, steps, r*n_mels]`` (frames of the previous step); memory = (text encodings
+        ``[B, T_text, d]``, speaker latents ``[B, K, d]``); memory_mask ``[B, T_text]`` bool (real text).
+        Returns mel_before ``[B, steps*r, n_mels]``, stop logits ``[B, steps]`` and the alignment layer's
+        cross-attention over the text ``[B, steps, T_text]`` (mean over heads; rows sum to 1 over real text).
         """
+        text, speaker = memory
         steps = static_or_dynamic_dim(decoder_inputs, 1)
         if isinstance(steps, int) and steps > self.dims.max_positions:  # a None dim is not checked at trace
             raise ValueError(f"{steps} decoder steps exceed model.max_attention_sequence_length "
@@ -71,30 +77,36 @@ class MelDecoder(keras.layers.Layer):
         x = self._embed_inputs(decoder_inputs, self.positions[None, :steps], training, seed)
         x = stateless_dropout(x, self.dims.dropout, training, seed, self.site)
         causal = tf.linalg.band_part(tf.ones([steps, steps], tf.bool), -1, 0)[None, None]  # [1, 1, steps, steps]
-        key_mask = memory_mask[:, None, None, :]
+        key_mask = memory_mask[:, None, None, :]  # [B, 1, 1, T_text]
         alignment = None
         for index, block in enumerate(self.blocks):
-            x, weights = block(x, causal, memory, key_mask, training=training, seed=seed)
+            x, weights = block(x, causal, text, key_mask, speaker, training=training, seed=seed)
             if index == self.dims.alignment_layer:
-                alignment = tf.reduce_mean(weights, axis=1)  # [B, steps, M]
+                alignment = tf.reduce_mean(weights, axis=1)  # [B, steps, T_text]
         frames, stop = self._heads(x)
         return frames, stop, alignment
 
     def memory_key_values(self, memory):
-        """Per-block cross-attention (keys, values) of the memory: compute once per utterance at synthesis."""
-        return [block.cross_attention.project_key_value(memory) for block in self.blocks]
+        """Per block ((text keys, values), (speaker keys, values)): computed once per utterance at synthesis."""
+        text, speaker = memory
+        return [(block.cross_attention.project_key_value(text), block.speaker_attention.project_key_value(speaker))
+                for block in self.blocks]
 
-    def step(self, prev_frames, step_index, kv_cache, memory_kv, memory_mask):
-        """One decoder step; see ``XTTSModel.decoder_step`` for the contract."""
+    def step(self, prev_frames, step_index, kv_cache, memory_kv, memory_mask, alignment_mask=None):
+        """One decoder step; see ``XTTSModel.decoder_step`` for the contract. ``alignment_mask`` ``[B, T_text]``
+        (optional) restricts the aligning layer's text attention (monotonic decoding)."""
         position = tf.gather(self.positions, step_index)[None, None]  # [1, 1, d]
         x = self._embed_inputs(prev_frames[:, None, :], position, False, None)  # [B, 1, d]
         key_mask = memory_mask[:, None, None, :]
         new_layers, attention = [], None
         for index, block in enumerate(self.blocks):
-            x, layer_cache, weights = block.step(x, step_index, kv_cache[index], memory_kv[index], key_mask)
+            mask = key_mask
+            if alignment_mask is not None and index == self.dims.alignment_layer:
+                mask = tf.logical_and(key_mask, alignment_mask[:, None, None, :])
+            x, layer_cache, weights = block.step(x, step_index, kv_cache[index], memory_kv[index], mask)
             new_layers.append(layer_cache)
             if index == self.dims.alignment_layer:
-                attention = tf.reduce_mean(weights, axis=1)[:, 0]  # [B, M]
+                attention = tf.reduce_mean(weights, axis=1)[:, 0]  # [B, T_text]
         frames, stop = self._heads(x)
         return frames, stop[:, 0], tf.stack(new_layers), attention
 

@@ -23,6 +23,11 @@ import tensorflow as tf
 NEG_INF = -1e9  # added to masked attention logits (in float32)
 
 
+def all_visible() -> tf.Tensor:
+    """Attention mask ``[1, 1, 1, 1]`` for keys that are all real (the speaker latents)."""
+    return tf.ones([1, 1, 1, 1], tf.bool)
+
+
 def sinusoid_table(max_positions: int, d_model: int) -> np.ndarray:
     """Transformer sinusoidal position table ``[max_positions, d_model]`` (float32)."""
     positions = np.arange(max_positions, dtype=np.float64)[:, None]
@@ -107,8 +112,12 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         q = self._split(self.query_proj(query_in))  # [B, H, Tq, hd]
         k, v = self._split(keys), self._split(values)  # [B, H, Tk, hd]
-        logits = tf.matmul(tf.cast(q, tf.float32), tf.cast(k, tf.float32), transpose_b=True)
-        logits = logits / math.sqrt(self.head_dim) + tf.where(mask, 0.0, NEG_INF)
+        # scale q before the matmul and mask with where(), not "matmul * scale + mask": with static shapes
+        # grappler's oneDNN remapper fuses that pattern into _MklFusedBatchMatMulV2, which oneDNN 3.7 runs
+        # with its reference kernel (3-4 s per step instead of ~0.01 s; docs/training.md, CPU performance)
+        q = tf.cast(q, tf.float32) * (1.0 / math.sqrt(self.head_dim))
+        logits = tf.matmul(q, tf.cast(k, tf.float32), transpose_b=True)  # [B, H, Tq, Tk]
+        logits = tf.where(mask, logits, NEG_INF)
         weights = tf.nn.softmax(logits, axis=-1)  # [B, H, Tq, Tk] float32
         dropped = stateless_dropout(weights, self.dropout_rate, training, seed, self.site)
         context = tf.matmul(tf.cast(dropped, v.dtype), v)  # [B, H, Tq, hd]
@@ -136,10 +145,15 @@ class TransformerBlock(keras.layers.Layer):
     """Pre-norm block: self-attention (optionally causal), optional cross-attention, feed-forward."""
 
     def __init__(self, d_model: int, num_heads: int, ff_dim: int, dropout: float, sites: SiteCounter,
-                 cross_attention: bool = False, **kwargs):
+                 cross_attention: bool = False, speaker_attention: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.self_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="self_norm")
         self.self_attention = MultiHeadAttention(d_model, num_heads, dropout, sites, name="self_attention")
+        self.has_speaker = speaker_attention
+        if speaker_attention:
+            # its own softmax over the speaker latents: the voice can never take attention mass from the text
+            self.speaker_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="speaker_norm")
+            self.speaker_attention = MultiHeadAttention(d_model, num_heads, dropout, sites, name="speaker_attention")
         self.has_cross = cross_attention
         if cross_attention:
             self.cross_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="cross_norm")
@@ -151,14 +165,19 @@ class TransformerBlock(keras.layers.Layer):
     def _residual(self, x, update, training, seed, offset):
         return x + stateless_dropout(update, self.rate, training, seed, self.site * 16 + offset)
 
-    def call(self, x, self_mask, memory=None, memory_mask=None, training=False, seed=None):
-        """x ``[B, T, d]``; self_mask ``[B or 1, 1, T or 1, T]``; memory ``[B, M, d]``; memory_mask ``[B, 1, 1, M]``.
+    def call(self, x, self_mask, memory=None, memory_mask=None, speaker=None, training=False, seed=None):
+        """x ``[B, T, d]``; self_mask ``[B or 1, 1, T or 1, T]``; memory ``[B, M, d]`` (text) with memory_mask
+        ``[B, 1, 1, M]``; speaker ``[B, K, d]`` (speaker latents, all real).
 
-        Returns (output ``[B, T, d]``, cross-attention weights ``[B, heads, T, M]`` or None).
+        Returns (output ``[B, T, d]``, cross-attention weights over the text ``[B, heads, T, M]`` or None).
         """
         h = self.self_norm(x)
         update, _ = self.self_attention(h, h, self_mask, training=training, seed=seed)
         x = self._residual(x, update, training, seed, 1)
+        if self.has_speaker:
+            update, _ = self.speaker_attention(self.speaker_norm(x), speaker, all_visible(), training=training,
+                                               seed=seed)
+            x = self._residual(x, update, training, seed, 4)
         cross_weights = None
         if self.has_cross:
             update, cross_weights = self.cross_attention(self.cross_norm(x), memory, memory_mask,
@@ -171,7 +190,8 @@ class TransformerBlock(keras.layers.Layer):
         """One causal decoding position (inference, no dropout).
 
         x ``[B, 1, d]``; step_index scalar int32; layer_cache ``[2, B, S, d]`` (keys, values of every earlier
-        position; S = max steps); memory_kv = (keys, values) ``[B, M, d]`` of this block's cross-attention.
+        position; S = max steps); memory_kv = ((keys, values) ``[B, M, d]`` of the text cross-attention,
+        (keys, values) ``[B, K, d]`` of the speaker attention), projected once per utterance.
         Returns (output ``[B, 1, d]``, new layer_cache, cross weights ``[B, heads, 1, M]``).
         """
         h = self.self_norm(x)
@@ -184,9 +204,13 @@ class TransformerBlock(keras.layers.Layer):
         visible = tf.reshape(tf.range(max_steps) <= step_index, [1, 1, 1, max_steps])
         update, _ = self.self_attention.attend(h, tf.cast(keys, h.dtype), tf.cast(values, h.dtype), visible)
         x = x + update
+        text_kv, speaker_kv = memory_kv
+        if self.has_speaker:
+            update, _ = self.speaker_attention.attend(self.speaker_norm(x), speaker_kv[0], speaker_kv[1], all_visible())
+            x = x + update
         cross_weights = None
         if self.has_cross:
-            update, cross_weights = self.cross_attention.attend(self.cross_norm(x), memory_kv[0], memory_kv[1],
+            update, cross_weights = self.cross_attention.attend(self.cross_norm(x), text_kv[0], text_kv[1],
                                                                 memory_mask)
             x = x + update
         x = x + self.feed_forward(self.ff_norm(x))

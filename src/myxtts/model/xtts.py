@@ -1,11 +1,11 @@
 """XTTSModel: text + reference voice -> mel, and the inference pieces the synthesizer compiles.
 
-Synthesis recipe (what ``myxtts.synthesize`` compiles into a ``tf.while_loop``)::
+Synthesis recipe (what ``myxtts.synthesis`` compiles into a ``tf.while_loop``)::
 
     text = model.encode_text(tokens, token_lengths)                       # [B, T_text, d]
     latents = model.encode_reference(reference_mel, reference_lengths)    # [B, K, d]
-    memory, memory_mask = model.build_memory(text, token_lengths, latents)  # [B, T_text+K, d], [B, T_text+K]
-    memory_kv = model.memory_key_values(memory)                           # per layer (keys, values), once
+    memory, memory_mask = model.build_memory(text, token_lengths, latents)  # (text, latents), [B, T_text]
+    memory_kv = model.memory_key_values(memory)                           # per layer, text + speaker k/v, once
     cache = model.initial_cache(batch, max_steps)                         # [layers, 2, B, max_steps, d]
     prev = zeros [B, r * n_mels]
     for s in range(max_steps):                                            # tf.while_loop
@@ -65,17 +65,16 @@ class XTTSModel(keras.Model):
         return self.conditioning_encoder(reference_mel, reference_lengths, training=training, seed=seed)
 
     def build_memory(self, text_encodings, token_lengths, speaker_latents):
-        """Cross-attention memory = concat(text, latents) ``[B, T_text + K, d]`` and its mask (bool).
-
-        Text positions come first, so attention weights ``[..., :T_text]`` are the alignment over text.
+        """The decoder's memory: (text ``[B, T_text, d]``, speaker latents ``[B, K, d]``) and the text mask
+        ``[B, T_text]`` (bool). Text and voice are attended in separate softmaxes (see model/decoder.py), so
+        the alignment is a distribution over real text positions only.
         """
         text_mask = length_mask(token_lengths, static_or_dynamic_dim(text_encodings, 1))  # [B, T_text]
-        latent_mask = tf.ones_like(speaker_latents[..., 0], dtype=tf.bool)  # [B, K]
-        memory = tf.concat([text_encodings, tf.cast(speaker_latents, text_encodings.dtype)], axis=1)
-        return memory, tf.concat([text_mask, latent_mask], axis=1)
+        return (text_encodings, tf.cast(speaker_latents, text_encodings.dtype)), text_mask
 
     def memory_key_values(self, memory):
-        """List (one per decoder layer) of (keys, values) ``[B, M, d]``; compute once, reuse every step."""
+        """List (one per decoder layer) of ((text keys, values), (speaker keys, values)); compute once, reuse
+        every step."""
         return self.decoder.memory_key_values(memory)
 
     def initial_cache(self, batch_size: int, max_steps: int) -> tf.Tensor:
@@ -86,22 +85,23 @@ class XTTSModel(keras.Model):
         return tf.zeros([self.dims.decoder_layers, 2, batch_size, max_steps, self.dims.d_model],
                         dtype=self.compute_dtype)
 
-    def decoder_step(self, prev_frames, step_index, kv_cache, memory, memory_mask):
+    def decoder_step(self, prev_frames, step_index, kv_cache, memory, memory_mask, alignment_mask=None):
         """One autoregressive step (no dropout).
 
         prev_frames ``[B, r*n_mels]`` (or ``[B, r, n_mels]``): the previous step's frames, zeros at step 0.
         step_index: scalar int32 (0-based). kv_cache: ``[layers, 2, B, max_steps, d]`` from ``initial_cache``.
-        memory: either the list from ``memory_key_values`` (fast) or the memory tensor ``[B, M, d]``.
-        memory_mask: ``[B, M]`` bool.
+        memory: either the list from ``memory_key_values`` (fast) or the (text, latents) pair of ``build_memory``.
+        memory_mask: ``[B, T_text]`` bool. alignment_mask: optional ``[B, T_text]`` bool, the text positions the
+        aligning layer may attend to at this step (a monotonic window at synthesis).
         Returns (frames ``[B, r, n_mels]`` float32 (before postnet), stop_logit ``[B]`` float32,
-        new kv_cache (same shape), attention ``[B, M]`` float32: the alignment layer's cross-attention,
-        mean over heads; ``[:, :T_text]`` is over text).
+        new kv_cache (same shape), attention ``[B, T_text]`` float32: the alignment layer's cross-attention
+        over the text, mean over heads).
         """
         r, n_mels = self.dims.reduction_factor, self.dims.n_mels
         prev_frames = tf.reshape(tf.cast(prev_frames, self.compute_dtype), [-1, r * n_mels])
-        memory_kv = self.memory_key_values(memory) if isinstance(memory, tf.Tensor) else memory
+        memory_kv = self.memory_key_values(memory) if isinstance(memory, tuple) else memory
         frames, stop, cache, attention = self.decoder.step(prev_frames, tf.cast(step_index, tf.int32),
-                                                           kv_cache, memory_kv, memory_mask)
+                                                           kv_cache, memory_kv, memory_mask, alignment_mask)
         return tf.reshape(frames, [-1, r, n_mels]), stop, cache, attention
 
     def apply_postnet(self, mel_before, mel_lengths):
@@ -139,7 +139,7 @@ class XTTSModel(keras.Model):
         frame_mask = length_mask(mel_lengths, static_or_dynamic_dim(mel, 1))
         mel_after = self.postnet(mel_before, frame_mask, training=training, seed=seed)
         return {"mel_before": mel_before, "mel_after": mel_after, "stop_logits": stop_logits,
-                "alignments": attention[:, :, : static_or_dynamic_dim(tokens, 1)]}
+                "alignments": attention}  # [B, steps, T_text]: over real text positions only
 
 
 def dummy_batch(dims: ModelDims, batch: int = 1, text_len: int = 5, steps: int = 2, ref_frames: int = 8) -> dict:

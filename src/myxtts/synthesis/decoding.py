@@ -1,8 +1,9 @@
 """Free-running decoding compiled into ONE graph per (batch size, text bucket): a ``tf.while_loop`` over
 decoder steps with a key/value cache preallocated for the bucket's maximum length.
 
-Per step the decoder sees only the newest r frames; the self-attention keys/values of earlier steps
-are in the cache and the cross-attention keys/values of the memory (text + speaker latents) are
+Per step the decoder sees only the newest r frames and its aligning layer attends to a monotonic window
+of the text when ``monotonic=True`` (the Synthesizer's ``monotonic_attention``); the self-attention keys/values of earlier steps
+are in the cache and the cross-attention keys/values of the text and of the speaker latents are
 projected once before the loop. Every item of the batch stops on its own: when its stop probability
 exceeds 0.5 (and it has at least its minimum number of steps) or at its maximum; a finished item keeps
 its length and the loop ends when every item is done or the bucket's maximum is reached.
@@ -15,6 +16,11 @@ import tensorflow as tf
 from myxtts.model import XTTSModel
 
 STOP_THRESHOLD = 0.5  # sigmoid(stop_logit) above this ends an item
+# Monotonic attention at synthesis: the aligning layer may attend to text positions [focus - BEHIND,
+# focus + AHEAD], where focus is the furthest position it has focused on so far (argmax, never moving
+# back). A character lasts ~2-3 decoder steps at r = 2, so the window allows normal speed with margin;
+# it stops a briefly trained model from skipping, repeating or babbling (as Transformer-TTS / DCTTS do).
+WINDOW_BEHIND, WINDOW_AHEAD = 1, 3
 
 
 def decode_signature(batch_size: int, text_bucket: int, reference_frames: int, n_mels: int) -> list[tf.TensorSpec]:
@@ -30,9 +36,12 @@ def decode_signature(batch_size: int, text_bucket: int, reference_frames: int, n
 class CompiledDecoder:
     """Builds and caches the compiled decoding function of each (batch size, text bucket)."""
 
-    def __init__(self, model: XTTSModel, reference_frames: int, bucket_steps: dict[int, int]) -> None:
-        """``bucket_steps``: text bucket -> decoder steps preallocated in its cache."""
+    def __init__(self, model: XTTSModel, reference_frames: int, bucket_steps: dict[int, int],
+                 monotonic: bool = False) -> None:
+        """``bucket_steps``: text bucket -> decoder steps preallocated in its cache. ``monotonic``: restrict the
+        aligning layer to a window that only moves forward (see WINDOW_BEHIND / WINDOW_AHEAD)."""
         self.model = model
+        self.monotonic = monotonic
         self.reference_frames = reference_frames
         self.bucket_steps = dict(bucket_steps)
         self.functions: dict[tuple[int, int], tf.types.experimental.PolymorphicFunction] = {}
@@ -65,8 +74,8 @@ class CompiledDecoder:
         r, n_mels = dims.reduction_factor, dims.n_mels
         text = model.encode_text(tokens, token_lengths)  # [B, T_text, d]
         latents = model.encode_reference(reference_mel, reference_lengths)  # [B, K, d]
-        memory, memory_mask = model.build_memory(text, token_lengths, latents)  # [B, M, d], [B, M]
-        memory_kv = model.memory_key_values(memory)  # per layer (keys, values) [B, M, d]: once per utterance
+        memory, memory_mask = model.build_memory(text, token_lengths, latents)  # (text, latents), [B, T_text]
+        memory_kv = model.memory_key_values(memory)  # per layer text + speaker (keys, values): once per utterance
         cache = model.initial_cache(batch, max_bucket_steps)  # [layers, 2, B, S, d]
         max_steps = tf.minimum(max_steps, max_bucket_steps)
 
@@ -74,12 +83,23 @@ class CompiledDecoder:
         stop_array = tf.TensorArray(tf.float32, size=max_bucket_steps, element_shape=[batch])
         attention_array = tf.TensorArray(tf.float32, size=max_bucket_steps, element_shape=[batch, text_len])
 
-        def keep_going(step, prev, cache, finished, lengths, stopped_by_token, frames_array, stop_array,
+        positions = tf.range(text_len)[None, :]  # [1, T_text]
+
+        def keep_going(step, prev, cache, finished, lengths, stopped_by_token, focus, frames_array, stop_array,
                        attention_array):
             return tf.logical_and(step < max_bucket_steps, tf.logical_not(tf.reduce_all(finished)))
 
-        def body(step, prev, cache, finished, lengths, stopped_by_token, frames_array, stop_array, attention_array):
-            frames, stop_logit, cache, attention = model.decoder_step(prev, step, cache, memory_kv, memory_mask)
+        def body(step, prev, cache, finished, lengths, stopped_by_token, focus, frames_array, stop_array,
+                 attention_array):
+            window = None
+            if self.monotonic:  # [B, T_text]: positions focus - BEHIND .. focus + AHEAD
+                window = tf.logical_and(positions >= (focus - WINDOW_BEHIND)[:, None],
+                                        positions <= (focus + WINDOW_AHEAD)[:, None])
+            frames, stop_logit, cache, attention = model.decoder_step(prev, step, cache, memory_kv, memory_mask,
+                                                                      window)
+            # the furthest text position focused on so far (never back, never past the text)
+            focus = tf.minimum(tf.maximum(focus, tf.argmax(attention, axis=-1, output_type=tf.int32)),
+                               token_lengths - 1)
             stop_probability = tf.sigmoid(stop_logit)  # [B]
             produced = step + 1
             wants_stop = tf.logical_and(stop_probability > STOP_THRESHOLD, produced >= min_steps)
@@ -88,13 +108,13 @@ class CompiledDecoder:
             stopped_by_token = tf.logical_or(stopped_by_token, tf.logical_and(ends_now, wants_stop))
             finished = tf.logical_or(finished, ends_now)
             return (step + 1, tf.reshape(frames, [batch, r * n_mels]), cache, finished, lengths, stopped_by_token,
-                    frames_array.write(step, frames), stop_array.write(step, stop_probability),
+                    focus, frames_array.write(step, frames), stop_array.write(step, stop_probability),
                     attention_array.write(step, attention[:, :text_len]))
 
         initial = (tf.constant(0), tf.zeros([batch, r * n_mels], tf.float32), cache, tf.zeros([batch], tf.bool),
-                   tf.zeros([batch], tf.int32), tf.zeros([batch], tf.bool), frames_array, stop_array,
-                   attention_array)
-        steps_run, _, _, _, step_lengths, stopped_by_token, frames_array, stop_array, attention_array = \
+                   tf.zeros([batch], tf.int32), tf.zeros([batch], tf.bool), tf.zeros([batch], tf.int32), frames_array,
+                   stop_array, attention_array)
+        steps_run, _, _, _, step_lengths, stopped_by_token, _, frames_array, stop_array, attention_array = \
             tf.while_loop(keep_going, body, initial, maximum_iterations=max_bucket_steps)
 
         # unwritten steps (after an early exit) stack as zeros: every output keeps its static shape

@@ -1,6 +1,6 @@
 """Restore (config, model, vocabulary) from a training run directory or a checkpoint + config.
 
-Run directory layout written by ``myxtts.train`` (what this module relies on)::
+Run directory layout written by ``myxtts.training`` (what this module relies on)::
 
     RUN_DIR/config.yaml       the resolved config (myxtts.config.save_config)
     RUN_DIR/vocab.json        the Vocabulary (else the one of the config's cache_dir)

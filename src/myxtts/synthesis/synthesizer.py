@@ -54,7 +54,11 @@ class Synthesizer:
     """
 
     def __init__(self, cfg: Config, model: XTTSModel, vocabulary: Vocabulary, vocoder: Vocoder | None = None,
-                 length_policy: LengthPolicy | None = None, batch_size: int = 1) -> None:
+                 length_policy: LengthPolicy | None = None, batch_size: int = 1,
+                 monotonic_attention: bool = False) -> None:
+        """``monotonic_attention``: restrict the aligning layer to a forward-moving window of the text while
+        decoding (decoding.WINDOW_BEHIND / WINDOW_AHEAD): a guard against skipping / repeating for briefly
+        trained models; off by default (the model's own alignment)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
         self.cfg, self.model, self.vocabulary = cfg, model, vocabulary
@@ -65,7 +69,7 @@ class Synthesizer:
         self.batch_size = batch_size
         self.sample_rate = cfg.audio.sample_rate
         buckets = {bucket: self.lengths.bucket_max_steps(bucket) for bucket in self.lengths.text_buckets()}
-        self.decoder = CompiledDecoder(model, cfg.data.reference_frames, buckets)
+        self.decoder = CompiledDecoder(model, cfg.data.reference_frames, buckets, monotonic=monotonic_attention)
         self.last_results: list[SynthesisResult] = []
         self.checkpoint: str | None = None
 

@@ -1,6 +1,7 @@
 """Distribution strategy from `training.distribution` and the per-replica batch rule.
 
-Every replica of every worker sees the same global batch shape (a bucket's batch size); replica i
+Every replica of every worker sees the same global batch shape (a bucket's batch size: replicas x the
+per-replica batch from the frame budget, `data.buckets.batch_size_for`); replica i
 takes rows ``[i * batch / replicas, (i + 1) * batch / replicas)`` inside the compiled step, so the
 per-replica shapes are static too. Every worker runs the same input pipeline (same seed, same
 order), so all workers call the same compiled function at every step (collectives need that).
@@ -57,9 +58,9 @@ def check_divisible(signatures: list[dict], replicas: int, accumulation: int = 1
     bad = sorted({spec["tokens"].shape[0] for spec in signatures if spec["tokens"].shape[0] % replicas})
     if bad:
         raise DistributionError(
-            f"Batch sizes {bad} of the bucket plan do not divide by the {replicas} replicas: each replica takes "
-            "batch / replicas rows with a static shape. Set data.min_batch_size to a multiple of the replica "
-            "count and data.batch_size / data.batch_frames so every bucket's batch is a multiple of it.")
+            f"Batch sizes {bad} do not divide by the {replicas} replicas: each replica takes batch / replicas rows "
+            "with a static shape. Bucket plans already give every bucket replicas x a per-replica batch; with "
+            "data.pad_to_fixed_length set data.batch_size to a multiple of the replica count.")
 
 
 def replica_slice(batch: dict, replicas: int) -> dict:

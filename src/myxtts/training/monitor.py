@@ -7,8 +7,10 @@ Trace accounting goes through ``TraceAccounting``: the retrace explainer (``myxt
 
 from __future__ import annotations
 
+import collections
 import json
 import math
+import statistics
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -100,18 +102,100 @@ def _to_image(matrix: np.ndarray) -> np.ndarray:
     return ((matrix - lo) / max(hi - lo, 1e-6))[None, :, :, None]
 
 
-class StepTimer:
-    """Step time and input wait (time blocked in next(iterator)) per step."""
+class _Moments:
+    """Running mean and variance (Welford): no list grows with the number of steps."""
 
     def __init__(self) -> None:
+        self.count, self.mean, self._squares = 0, 0.0, 0.0
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        delta = value - self.mean
+        self.mean += delta / self.count
+        self._squares += delta * (value - self.mean)
+
+    @property
+    def variance(self) -> float:
+        return self._squares / (self.count - 1) if self.count > 1 else 0.0
+
+
+class StepTimer:
+    """Step time and input wait (time blocked in next(iterator)) per step.
+
+    `input_wait` is the raw time in next(). Part of it is the cost of next() on *any* tf.data iterator
+    (~0.1-0.6 ms, more right after a step released the CPU), which is not a starved device; reporting it
+    made a healthy pipeline look "moderately input-bound". So every `sample_every` steps the timer also
+    calls next() on an in-memory iterator with the batch's element spec (built from the first batch,
+    ending in a prefetch like the training pipeline), just before the real call so it sees the same cold
+    start. `input_wait_share(elapsed)` keeps only the excess per call that the noise cannot explain:
+    mean wait - median in-memory cost (the median: one descheduled sample must not set the cost) - 2
+    standard errors of the mean wait (a few calls descheduled on a busy machine are not a starved
+    device), times the calls: the same correction as `diagnose pipeline` (myxtts.diagnostics.pipeline_timing).
+    The first call (iterator start-up) is left out of the corrected wait; `input_wait` keeps it.
+    """
+
+    def __init__(self, sample_every: int = 8, final_prefetch: bool = True) -> None:
+        if sample_every < 1:
+            raise ValueError(f"StepTimer: sample_every must be >= 1, got {sample_every}.")
         self.input_wait = 0.0
         self.compute = 0.0
+        self.calls = 0
+        self.sample_every = sample_every
+        self.final_prefetch = final_prefetch
+        self.correction_note = ""  # why no correction is applied, when it cannot be
+        self._waits = _Moments()
+        self._baseline_waits: collections.deque[float] = collections.deque(maxlen=1024)
+        self._baseline: Any = None
 
     def next_batch(self, iterator) -> Any:
+        if self._baseline is not None and self.calls % self.sample_every == 0:
+            started = time.perf_counter()
+            next(self._baseline)
+            self._baseline_waits.append(time.perf_counter() - started)
         started = time.perf_counter()
         batch = next(iterator)
-        self.input_wait += time.perf_counter() - started
+        wait = time.perf_counter() - started
+        self.input_wait += wait
+        self.calls += 1
+        if self.calls == 1:  # the first call starts the pipeline's threads: start-up, not a starved step
+            self._calibrate(batch)
+        else:
+            self._waits.add(wait)
         return batch
+
+    def _calibrate(self, batch: Any) -> None:
+        from myxtts.diagnostics.pipeline_timing import baseline_iterator
+
+        try:
+            self._baseline = baseline_iterator(batch, self.final_prefetch)
+        except (TypeError, ValueError, tf.errors.OpError) as err:  # e.g. per-replica values of a strategy
+            self.correction_note = f"input wait not corrected: no in-memory iterator for this batch ({err})"
+
+    @property
+    def baseline_samples(self) -> int:
+        return len(self._baseline_waits)
+
+    @property
+    def iterator_call_seconds(self) -> float:
+        """Median cost of next() on the in-memory iterator (last 1024 samples; 0 until sampled)."""
+        return statistics.median(self._baseline_waits) if self._baseline_waits else 0.0
+
+    @property
+    def corrected_input_wait(self) -> float:
+        """Seconds waited beyond next()'s own cost, lower ~95% bound; the raw wait when not calibrated."""
+        from myxtts.diagnostics.pipeline_timing import excess_lower_bound
+
+        if not self._baseline_waits or self._waits.count < 2:
+            return self.input_wait
+        error = math.sqrt(self._waits.variance / self._waits.count)
+        return self._waits.count * excess_lower_bound(self._waits.mean - self.iterator_call_seconds, error)
+
+    def input_wait_share(self, elapsed: float) -> float:
+        """Input-bound share of `elapsed` seconds without the iterator's own per-call cost."""
+        return min(self.corrected_input_wait / max(elapsed, 1e-9), 1.0)
+
+    def raw_input_wait_share(self, elapsed: float) -> float:
+        return self.input_wait / max(elapsed, 1e-9)
 
 
 def format_summary(summary: dict[str, Any]) -> str:

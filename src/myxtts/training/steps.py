@@ -4,7 +4,11 @@ One training call = one micro-batch. Inside the graph it:
 
 1. runs forward + backward on every replica (each takes its static slice of the global batch,
    see ``distribute.replica_slice``), unscales float16 gradients (divides by the loss scale the
-   loss was multiplied by: exact, since the scale is a power of two) and all-reduces them;
+   loss was multiplied by: exact, since the scale is a power of two) and all-reduces them (SUM).
+   Every replica's loss is a sum over its real frames / tokens divided by the real counts of the
+   *global* batch (``model.losses.loss_normalizers``: the whole batch's counts, or with gradient
+   accumulation the counts of every micro-batch of the cycle, passed in by ``train_cycle``), so the
+   summed gradients equal one big batch's exactly, whatever the buckets' lengths;
 2. with ``gradient_accumulation_steps`` N > 1 adds them into non-trainable accumulator variables;
 3. on the N-th micro-step (or every step when N == 1) computes the global gradient norm and applies
    the clipped gradients inside a ``tf.cond`` only if the loss and the norm are finite; otherwise the
@@ -28,11 +32,14 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.config import Config
-from myxtts.model import XTTSModel, compute_losses
+from myxtts.model import XTTSModel, add_normalizers, compute_losses, loss_normalizers
+from myxtts.model.losses import NORMALIZER_KEYS
 from myxtts.training.distribute import replica_slice
 
 ShapeKey = tuple[tuple[int, ...], ...]
 SUM = tf.distribute.ReduceOp.SUM
+# the global batch's real counts, an input of the train step when gradient accumulation spreads it over calls
+NORMALIZER_SIGNATURE = {key: tf.TensorSpec([], tf.float32, name=key) for key in NORMALIZER_KEYS}
 
 
 def shape_key(batch_or_spec: dict) -> ShapeKey:
@@ -58,6 +65,9 @@ def _components(variable: Any, strategy: tf.distribute.Strategy) -> list:
     inner = getattr(variable, "_value", None)  # keras.Variable -> its backend tf.Variable (private, guarded)
     inner = inner if isinstance(inner, tf.Variable) else variable
     return list(strategy.experimental_local_results(inner))
+
+
+LOSS_KEYS = ("total", "mel_l1_before", "mel_l1_after", "mel_l2", "stop", "guided_attention", "real_frames")
 
 
 def describe_key(key: ShapeKey) -> str:
@@ -89,7 +99,9 @@ class TrainingSteps:
             self.accumulators = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False,
                                              name=f"accumulator_{i}") for i, v in enumerate(self.variables)] \
                 if self.accumulation > 1 else []
-            self.loss_accumulator = tf.Variable(0.0, trainable=False, name="loss_accumulator")
+            # the cycle's losses so far (each micro-batch adds its share of the global batch's loss)
+            self.loss_accumulators = {key: tf.Variable(0.0, trainable=False, name=f"loss_accumulator_{key}")
+                                      for key in LOSS_KEYS} if self.accumulation > 1 else {}
         self.train_functions: dict[ShapeKey, Callable] = {}
         self.validate_functions: dict[ShapeKey, Callable] = {}
         self.warmup_seconds: dict[str, float] = {}  # "<kind>_step[<shape>]" -> trace + warm-up runs, seconds
@@ -99,7 +111,8 @@ class TrainingSteps:
     # ---- state that must be checkpointed ---------------------------------------------------------
     def checkpoint_objects(self) -> dict[str, Any]:
         objects = {"micro_step": self.micro_step, "nonfinite_in_a_row": self.nonfinite_in_a_row,
-                   "nonfinite_total": self.nonfinite_total, "loss_accumulator": self.loss_accumulator}
+                   "nonfinite_total": self.nonfinite_total}
+        objects.update({f"loss_accumulator_{k}": v for k, v in self.loss_accumulators.items()})
         objects.update({f"accumulator_{i}": a for i, a in enumerate(self.accumulators)})
         return objects
 
@@ -115,12 +128,16 @@ class TrainingSteps:
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         return tf.random.experimental.stateless_fold_in(seed, tf.cast(replica, tf.int64))
 
-    def _replica_gradients(self, batch: dict) -> dict:
+    def _normalizers(self, batch: dict) -> dict[str, tf.Tensor]:
+        return loss_normalizers(batch, self.cfg.model.reduction_factor, int(batch["mel"].shape[-1]))
+
+    def _replica_gradients(self, batch: dict, normalizers: dict) -> dict:
         local = replica_slice(batch, self.replicas)
         with tf.GradientTape() as tape:
             outputs = self.model(local, training=True, seed=self._dropout_seed())
-            losses = compute_losses(local, outputs, self.cfg)
-            loss = losses["total"] / float(self.replicas * self.accumulation)
+            # this replica's sums / the global batch's counts: summed over replicas and micro-batches
+            losses = compute_losses(local, outputs, self.cfg, normalizers)
+            loss = losses["total"]
             scaled = self.optimizer.scale_loss(loss) if self.float16 else loss
         grads = tape.gradient(scaled, self.variables)
         grads = [tf.convert_to_tensor(g, dtype_hint=tf.float32) for g in grads]  # IndexedSlices -> dense
@@ -129,7 +146,7 @@ class TrainingSteps:
             grads = [tf.cast(g, tf.float32) / scale for g in grads]
         if self.replicas > 1:
             grads = tf.distribute.get_replica_context().all_reduce(SUM, grads)
-        report = {k: v / float(self.replicas) for k, v in losses.items()}
+        report = dict(losses)  # shares of the global loss: the SUM over replicas is the global batch's loss
         report["real_frames"] = tf.cast(tf.reduce_sum(local["mel_lengths"]), tf.float32)
         return {"losses": report, "grads": grads}
 
@@ -147,18 +164,25 @@ class TrainingSteps:
         scale.assign(tf.where(overflow, scale * 0.5, tf.where(grow, scale * 2.0, scale)))
         counter.assign(tf.where(boundary, tf.where(applied & ~grow, counter + 1, tf.zeros_like(counter)), counter))
 
-    def _train_graph(self, batch: dict) -> dict:
-        per_replica = self.strategy.run(self._replica_gradients, args=(batch,))
+    def _train_graph(self, batch: dict, normalizers: dict | None = None) -> dict:
+        """One micro-batch. ``normalizers``: the global batch's real counts (required with gradient
+        accumulation, where the global batch spans several calls); None: this batch's own counts."""
+        if normalizers is None:
+            normalizers = self._normalizers(batch)
+        per_replica = self.strategy.run(self._replica_gradients, args=(batch, normalizers))
         losses = {k: self.strategy.reduce(SUM, v, axis=None) for k, v in per_replica["losses"].items()}
         # identical on every replica after the all-reduce: take the first
         grads = [self.strategy.experimental_local_results(g)[0] for g in per_replica["grads"]]
         if self.accumulation > 1:
             for accumulator, grad in zip(self.accumulators, grads):
                 accumulator.assign_add(grad)
-            self.loss_accumulator.assign_add(losses["total"])
+            for key, accumulator in self.loss_accumulators.items():
+                accumulator.assign_add(losses[key])
+            # what is reported is the cycle's loss so far: at the boundary, the global batch's loss
+            losses.update({key: accumulator.read_value() for key, accumulator in self.loss_accumulators.items()})
             grads = [accumulator.read_value() for accumulator in self.accumulators]
             boundary = tf.equal((self.micro_step + 1) % self.accumulation, 0)
-            loss_finite = tf.math.is_finite(self.loss_accumulator.read_value())
+            loss_finite = tf.math.is_finite(losses["total"])
         else:
             boundary = tf.constant(True)
             loss_finite = tf.math.is_finite(losses["total"])
@@ -183,9 +207,8 @@ class TrainingSteps:
             self._update_loss_scale(boundary, applied)
         if self.accumulation > 1:
             def reset() -> tf.Tensor:
-                for accumulator in self.accumulators:
+                for accumulator in [*self.accumulators, *self.loss_accumulators.values()]:
                     accumulator.assign(tf.zeros_like(accumulator))
-                self.loss_accumulator.assign(0.0)
                 return tf.constant(True)
             tf.cond(boundary, reset, lambda: tf.constant(False))
         self.micro_step.assign_add(1)
@@ -194,15 +217,15 @@ class TrainingSteps:
                 "nonfinite_in_a_row": self.nonfinite_in_a_row.read_value(),
                 "learning_rate": tf.cast(learning_rate, tf.float32)}
 
-    def _replica_validate(self, batch: dict) -> dict:
+    def _replica_validate(self, batch: dict, normalizers: dict) -> dict:
         local = replica_slice(batch, self.replicas)
         outputs = self.model(local, training=False)  # teacher-forced on the true decoder inputs
-        losses = {k: v / float(self.replicas) for k, v in compute_losses(local, outputs, self.cfg).items()}
+        losses = compute_losses(local, outputs, self.cfg, normalizers)
         losses["real_frames"] = tf.cast(tf.reduce_sum(local["mel_lengths"]), tf.float32)
         return losses
 
     def _validate_graph(self, batch: dict) -> dict:
-        per_replica = self.strategy.run(self._replica_validate, args=(batch,))
+        per_replica = self.strategy.run(self._replica_validate, args=(batch, self._normalizers(batch)))
         return {k: self.strategy.reduce(SUM, v, axis=None) for k, v in per_replica.items()}
 
     # ---- compile / warm up / dispatch -------------------------------------------------------------
@@ -219,9 +242,12 @@ class TrainingSteps:
                 self.train_functions[key] = self._train_graph
                 self.validate_functions[key] = self._validate_graph
                 continue
-            options = dict(input_signature=[spec], jit_compile=t.enable_xla_compilation, reduce_retracing=False)
-            self.train_functions[key] = wrap(tf.function(self._train_graph, **options), f"train_step[{label}]")
-            self.validate_functions[key] = wrap(tf.function(self._validate_graph, **options),
+            options = dict(jit_compile=t.enable_xla_compilation, reduce_retracing=False)
+            # with accumulation the global batch's counts come in as a second (scalar) argument
+            train_signature = [spec] if self.accumulation == 1 else [spec, NORMALIZER_SIGNATURE]
+            self.train_functions[key] = wrap(tf.function(self._train_graph, input_signature=train_signature,
+                                                         **options), f"train_step[{label}]")
+            self.validate_functions[key] = wrap(tf.function(self._validate_graph, input_signature=[spec], **options),
                                                 f"validate_step[{label}]")
 
     def warm_up(self, execute: bool = True, runs: int = 1) -> dict[str, float]:
@@ -253,8 +279,10 @@ class TrainingSteps:
                         timings.append(time.perf_counter() - started)
                     for _ in range(runs if execute else 0):
                         batch = warmup_batch(self.signatures[key])
+                        arguments = [batch] if kind == "validate" or self.accumulation == 1 else \
+                            [batch, self._normalizers(batch)]
                         started = time.perf_counter()
-                        outputs = function(batch)  # the first call traces, then runs (graph optimisation)
+                        outputs = function(*arguments)  # the first call traces, then runs (graph optimisation)
                         tf.nest.map_structure(lambda tensor: tensor.numpy(), outputs)  # wait for it
                         timings.append(time.perf_counter() - started)
                         if kind == "train":
@@ -270,7 +298,7 @@ class TrainingSteps:
     def state_variables(self) -> list:
         """Every variable a compiled step can change, each once: model, optimizer, counters, accumulators."""
         candidates = [*self.model.variables, *self.optimizer.variables, self.micro_step, self.nonfinite_in_a_row,
-                      self.nonfinite_total, self.loss_accumulator, *self.accumulators]
+                      self.nonfinite_total, *self.loss_accumulators.values(), *self.accumulators]
         seen, unique = set(), []
         for variable in candidates:
             if id(variable) not in seen:
@@ -297,8 +325,31 @@ class TrainingSteps:
                                     "retrace. The input pipeline must only emit its signatures() shapes.")
         return function
 
-    def train(self, batch: dict) -> dict:
-        return self._lookup(self.train_functions, batch)(batch)
+    def train(self, batch: dict, normalizers: dict | None = None) -> dict:
+        """One micro-batch. With gradient accumulation ``normalizers`` (the cycle's real counts) is required:
+        use ``train_cycle``, which computes them."""
+        function = self._lookup(self.train_functions, batch)
+        if self.accumulation == 1:
+            return function(batch)
+        if normalizers is None:
+            raise ValueError("With training.gradient_accumulation_steps > 1 every micro-batch needs the real counts "
+                             "of its whole cycle; call TrainingSteps.train_cycle(batches).")
+        return function(batch, normalizers)
+
+    def train_cycle(self, batches: list[dict]) -> dict:
+        """One optimizer update from ``gradient_accumulation_steps`` micro-batches (any bucket shapes): each
+        divides its sums by the cycle's total real counts, so the update equals one big batch's. Returns
+        the last call's outputs (the cycle's losses)."""
+        if len(batches) != self.accumulation:
+            raise ValueError(f"train_cycle needs {self.accumulation} micro-batches "
+                             f"(training.gradient_accumulation_steps), got {len(batches)}.")
+        if self.accumulation == 1:
+            return self.train(batches[0])
+        # eager scalar ops on the batches' own device: no host synchronisation
+        normalizers = add_normalizers([self._normalizers(batch) for batch in batches])
+        functions = [self._lookup(self.train_functions, batch) for batch in batches]  # all shapes known first
+        outputs = [function(batch, normalizers) for function, batch in zip(functions, batches)]
+        return outputs[-1]
 
     def validate(self, batch: dict) -> dict:
         return self._lookup(self.validate_functions, batch)(batch)

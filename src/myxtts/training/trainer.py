@@ -5,7 +5,7 @@ pipeline, all traced and run once at warm-up (weights and counters restored exac
 is a bug (``training.strict_retracing`` raises with the explainer's explanation); nothing on the hot
 path but ``next(iterator)`` and the compiled call.
 
-Run directory (what ``myxtts.synthesize`` relies on)::
+Run directory (what ``myxtts.synthesis`` relies on)::
 
     WORKDIR/config.yaml  resolved config     WORKDIR/vocab.json   vocabulary of the cache
     WORKDIR/checkpoints/ model, optimizer, counters, data iterator
@@ -28,6 +28,7 @@ import tensorflow as tf
 from myxtts.config import Config, save_config
 from myxtts.diagnostics.tf_warning import expected_traces
 from myxtts.training.checkpoint import Checkpoints
+from myxtts.training.device_feed import DeviceFeed, default_device
 from myxtts.training.distribute import check_divisible, is_chief, make_strategy
 from myxtts.training.monitor import MetricsLog, StepTimer, TraceAccounting, format_summary
 from myxtts.training.schedule import make_optimizer
@@ -47,10 +48,14 @@ class WorkdirError(ValueError):
 class Trainer:
     def __init__(self, cfg: Config, workdir: str | Path, resume: bool = False, *, progress: bool = True,
                  echo: Callable[[str], None] = print,
-                 batch_filter: Callable[[int, dict], dict] | None = None):
-        """``batch_filter(step, batch)`` rewrites each training batch (tests inject faults); keep None."""
+                 batch_filter: Callable[[int, dict], dict] | None = None, feed_device: str | None = "auto"):
+        """``batch_filter(step, batch)`` rewrites each training batch (tests inject faults); keep None.
+        ``feed_device``: where batches are copied one step ahead ("auto": the GPU when data.prefetch_to_gpu
+        and one exists; None: nowhere; tests pass a CPU device to run the device-feed path)."""
         self.cfg, self.workdir, self.resume = cfg, Path(workdir), resume
         self.progress, self.echo, self.batch_filter = progress, echo, batch_filter
+        self.feed_device = feed_device  # resolved in stage_loop: listing devices here would start TF's context
+        # before the strategy exists (MultiWorkerMirroredStrategy must configure collectives first)
 
     def run(self) -> dict[str, Any]:
         self.stage_config()
@@ -78,10 +83,12 @@ class Trainer:
         from myxtts.data.pipeline import InputPipeline
         from myxtts.text import Vocabulary
 
-        self.train_pipeline = InputPipeline(self.cfg, "train")
+        replicas = self.strategy.num_replicas_in_sync  # bucket batches: replicas x a per-replica frame budget
+        self.train_pipeline = InputPipeline(self.cfg, "train", replicas=replicas)
         self.signatures = self.train_pipeline.signatures()
-        check_divisible(self.signatures, self.strategy.num_replicas_in_sync)
-        self.validation_pipeline = InputPipeline(self.cfg, "validation") if self.cfg.data.validation_size else None
+        check_divisible(self.signatures, replicas)  # only fixed padding can still fail (data.batch_size)
+        self.validation_pipeline = InputPipeline(self.cfg, "validation", replicas=replicas) \
+            if self.cfg.data.validation_size else None
         vocab_path = self.cfg.cache_dir / VOCAB_FILE
         self.vocabulary = Vocabulary.load(vocab_path)
         if self.chief:
@@ -102,9 +109,10 @@ class Trainer:
         directory = self.workdir / "checkpoints"
         if not self.chief:  # other workers save too (collectives) but into a scratch folder
             directory = self.workdir / f"worker-{self.strategy.cluster_resolver.task_id}-scratch"
+        # a tf.data service iterator cannot be saved: with data.service_address a resume restarts the stream
+        data_state = {"iterator": self.iterator} if self.train_pipeline.checkpointable else {}
         self.checkpoints = Checkpoints(directory, self.cfg.training.keep_checkpoints, model=self.model,
-                                       optimizer=self.optimizer, iterator=self.iterator,
-                                       **self.steps.checkpoint_objects())
+                                       optimizer=self.optimizer, **data_state, **self.steps.checkpoint_objects())
         self.restored_from = None
         if self.checkpoints.latest and not self.resume:
             raise WorkdirError(f"{directory} already holds checkpoints ({self.checkpoints.latest}); pass --resume to "
@@ -144,34 +152,42 @@ class Trainer:
         t = self.cfg.training
         metrics = MetricsLog(self.workdir, enabled=self.chief)
         timer = StepTimer()
+        device = self.feed_device
+        if device == "auto":  # one device: copy ahead to the GPU; a strategy places each replica's slice itself
+            device = default_device(self.cfg.data.prefetch_to_gpu) if t.distribution == "none" else None
+        feed = DeviceFeed(self.iterator, device, fetch=timer.next_batch)
         start_step = int(self.steps.micro_step.numpy()) // t.gradient_accumulation_steps
-        step, first_loss, last_loss, frames, loop_started = start_step, None, None, 0.0, time.perf_counter()
+        step, first_loss, last_loss, loop_started = start_step, None, None, time.perf_counter()
+        frames = tf.constant(0.0)  # real mel frames trained on: summed on the device, read at log points only
         bar = _progress_bar(t.max_steps, start_step, self.progress and self.chief)
         stopped = "max_steps"
         validation_loss = None
         try:
             while step < t.max_steps:
                 step_started = time.perf_counter()
+                batches = []
                 for _ in range(t.gradient_accumulation_steps):
-                    batch = timer.next_batch(self.iterator)
-                    if self.batch_filter is not None:
-                        batch = self.batch_filter(step, batch)
-                    frames += float(np.sum(batch["mel_lengths"]))
-                    out = self.steps.train(batch)
+                    batch = feed.take()
+                    batches.append(self.batch_filter(step, batch) if self.batch_filter is not None else batch)
+                out = self.steps.train_cycle(batches)  # dispatched; nothing below waits for it but log points
+                frames = frames + out["real_frames"]
                 step += 1
+                # host reads (which wait for the device) only at log / checkpoint points: the NaN guard skips
+                # bad updates inside the graph, so reading its counter there loses nothing
+                read_now = step == start_step + 1 or step % t.log_every == 0 or step == t.max_steps or \
+                    step % t.checkpoint_every == 0
                 if step == start_step + 1 or step % t.log_every == 0 or step == t.max_steps:
                     record = {k: float(v) for k, v in out.items()}
                     elapsed = time.perf_counter() - loop_started
                     record.update(step=step, step_time=time.perf_counter() - step_started,
-                                  input_wait_share=timer.input_wait / max(elapsed, 1e-9),
-                                  mel_frames_per_second=frames / max(elapsed, 1e-9),
+                                  input_wait_share=timer.input_wait_share(elapsed),
+                                  mel_frames_per_second=float(frames) / max(elapsed, 1e-9),
                                   traces_after_warmup=self.traces.retraces_after_warmup())
                     metrics.write(record)
                     first_loss = record["total"] if first_loss is None else first_loss
                     last_loss = record["total"]
                     bar.set_postfix(loss=f"{last_loss:.3f}", frames_s=f"{record['mel_frames_per_second']:.0f}")
-                # one scalar read per step: the NaN guard must stop promptly
-                nonfinite_in_a_row = int(out["nonfinite_in_a_row"])
+                nonfinite_in_a_row = int(out["nonfinite_in_a_row"]) if read_now else 0
                 if nonfinite_in_a_row >= t.max_nonfinite_steps:
                     raise NonFiniteLossError(
                         f"Stopped at step {step}: {nonfinite_in_a_row} steps in a row had a non-finite loss or "
@@ -186,7 +202,9 @@ class Trainer:
                 if self.summary_function is not None and step % t.summary_every == 0:
                     self._write_summaries(step, metrics)
                 if step % t.checkpoint_every == 0 or step == t.max_steps:
-                    self.checkpoints.save(step)
+                    self.checkpoints.save(step)  # the feed holds no batch here: the iterator position is exact
+                if step < t.max_steps:
+                    feed.refill()  # the next batch goes to the device while this step runs
         except NonFiniteLossError:
             stopped = "nonfinite"
             raise
@@ -194,7 +212,7 @@ class Trainer:
             bar.close()
             metrics.close()
             elapsed = time.perf_counter() - loop_started
-            self.summary = self._summary(step, start_step, first_loss, last_loss, frames, elapsed, timer,
+            self.summary = self._summary(step, start_step, first_loss, last_loss, float(frames), elapsed, timer,
                                          validation_loss, stopped)
             self.traces.close()
         self.echo(format_summary(self.summary))
@@ -251,7 +269,8 @@ class Trainer:
             "retrace_explanations": self.traces.explanations(),
             "loss_first": first_loss, "loss_last": last_loss, "validation_loss": validation_loss,
             "mel_frames_per_second": frames / max(elapsed, 1e-9), "steps_per_second": done / max(elapsed, 1e-9),
-            "input_wait_share": timer.input_wait / max(elapsed, 1e-9), "seconds": elapsed,
+            "input_wait_share": timer.input_wait_share(elapsed),
+            "input_wait_share_raw": timer.raw_input_wait_share(elapsed), "seconds": elapsed,
             "resumed_from": self.restored_from, "run_dir": str(self.workdir),
             "checkpoint": self.checkpoints.latest,
         }

@@ -1,0 +1,42 @@
+"""Corpus commands: `myxtts corpus espeak` renders a synthetic multi-speaker corpus with espeak-ng."""
+
+from __future__ import annotations
+
+import click
+
+from myxtts.cli.common import clean_errors
+from myxtts.data.espeak_corpus import EspeakMissingError, EspeakRenderError
+
+
+@click.group("corpus")
+def corpus_group() -> None:
+    """Build corpora (synthetic multi-speaker data for learning checks)."""
+
+
+@corpus_group.command("espeak")
+@click.option("--transcripts", type=click.Path(dir_okay=False), default=None,
+              help="'id|text|normalized' file (LJSpeech metadata layout); default: the 32 bundled transcripts.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Output folder: list.txt (data.corpus_format: list) and wavs/<speaker>/<id>.wav.")
+@click.option("--sentences", type=click.IntRange(min=2), default=None,
+              help="How many sentences to render (a seeded sample; default: all that fit 10-150 characters).")
+@click.option("--voices", type=click.IntRange(min=2, max=8), default=4, show_default=True,
+              help="How many of the built-in, clearly different espeak-ng voices to use.")
+@click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True,
+              help="espeak-ng processes at once.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sentence sample and voice assignment.")
+@click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+@clean_errors(ValueError, OSError, EspeakMissingError, EspeakRenderError)
+def espeak_command(transcripts: str | None, out_dir: str, sentences: int | None, voices: int, jobs: int, seed: int,
+                   no_progress: bool) -> None:
+    """Render sentences with several espeak-ng voices into a list corpus (each voice speaks its own share)."""
+    from myxtts.data.espeak_corpus import bundled_sentences, read_transcripts, render_corpus, select_sentences
+
+    source = read_transcripts(transcripts) if transcripts else bundled_sentences()
+    chosen = select_sentences(source, sentences, seed=seed)
+    result = render_corpus(chosen, voices, out_dir, jobs=jobs, seed=seed, progress=not no_progress)
+    click.echo(result.summary())
+    click.echo(f"train on it with: data.corpus_format: list, data.corpus_path: {result.list_file}")
+
+
+COMMANDS = [corpus_group]

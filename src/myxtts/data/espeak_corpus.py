@@ -1,0 +1,200 @@
+"""A synthetic multi-speaker corpus: sentences rendered by espeak-ng in clearly different voices.
+
+Output (the ``list`` corpus layout of ``myxtts.data.corpus.read_list``)::
+
+    OUT/list.txt                 wavs/<speaker>/<id>.wav|text|speaker   (paths relative to OUT)
+    OUT/wavs/<speaker>/<id>.wav  22050 Hz mono 16-bit PCM (espeak-ng's native rate)
+
+Each sentence is spoken by one voice; the assignment is a seeded shuffle dealt round-robin, so every
+voice gets the same number of sentences (+-1) and the same seed gives the same corpus. Files already
+on disk are reused, so a rerun (or a larger ``--sentences``) only renders what is missing.
+Voices differ in espeak variant (formants, breathiness), accent, pitch and speed: a speaker-similarity
+measure must be able to tell them apart (``tests/test_listening.py`` checks it does).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+LIST_FILE = "list.txt"
+BUNDLED_TRANSCRIPTS = Path(__file__).resolve().parents[3] / "data" / "ljspeech-bundled" / "metadata.csv"
+
+
+@dataclass(frozen=True)
+class EspeakVoice:
+    """A speaker of the corpus: its name (the list file's speaker field) and how espeak-ng renders it."""
+
+    name: str
+    voice: str  # espeak-ng ``-v``: language + variant, e.g. en-us+f2 (see `espeak-ng --voices=en`)
+    pitch: int  # ``-p`` 0..99 (espeak's default 50)
+    speed: int  # ``-s`` words per minute (espeak's default 175)
+
+    def command(self, binary: str, text: str, out_path: Path) -> list[str]:
+        return [binary, "-v", self.voice, "-p", str(self.pitch), "-s", str(self.speed), "-w", str(out_path), text]
+
+
+# Ordered so that any prefix holds clearly different voices: male / female alternate, accents and
+# pitches spread out.
+VOICES = (
+    EspeakVoice("us_m3", "en-us+m3", pitch=35, speed=165),
+    EspeakVoice("us_f2", "en-us+f2", pitch=60, speed=175),
+    EspeakVoice("gb_m1", "en-gb+m1", pitch=50, speed=160),
+    EspeakVoice("us_f4", "en-us+f4", pitch=80, speed=185),
+    EspeakVoice("scot_m7", "en-gb-scotland+m7", pitch=25, speed=160),
+    EspeakVoice("rp_f3", "en-gb-x-rp+f3", pitch=35, speed=170),
+    EspeakVoice("us_m6", "en-us+m6", pitch=65, speed=190),
+    EspeakVoice("gb_f1", "en-gb+f1", pitch=70, speed=160),
+)
+
+
+class EspeakMissingError(RuntimeError):
+    """The espeak-ng binary is not on PATH."""
+
+
+class EspeakRenderError(RuntimeError):
+    """espeak-ng ran but wrote no audio (an unknown voice, a crash)."""
+
+
+@dataclass(frozen=True)
+class Sentence:
+    id: str
+    text: str
+
+
+@dataclass
+class RenderResult:
+    list_file: Path
+    clips: int
+    rendered: int  # new files written by this call
+    reused: int  # files already on disk
+    speakers: dict[str, int]  # speaker -> clips
+
+    def summary(self) -> str:
+        voices = ", ".join(f"{name}: {count}" for name, count in self.speakers.items())
+        return (f"{self.clips} clips ({self.rendered} rendered, {self.reused} reused) in {self.list_file}; "
+                f"{len(self.speakers)} speakers ({voices})")
+
+
+def espeak_binary() -> str:
+    binary = shutil.which("espeak-ng")
+    if binary is None:
+        raise EspeakMissingError("The espeak-ng binary is not on PATH; it renders the synthetic corpus. Install it "
+                                 "(Debian/Ubuntu: `apt-get install espeak-ng`, macOS: `brew install espeak-ng`).")
+    return binary
+
+
+def read_transcripts(path: str | os.PathLike) -> list[Sentence]:
+    """Sentences of an LJSpeech-style ``id|text|normalized`` file (the normalized text when present)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"Transcripts file not found: {path} (expected 'id|text|normalized' lines).")
+    sentences = []
+    for line_number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) < 2 or not fields[0].strip():
+            raise ValueError(f"{path}:{line_number}: expected 'id|text|normalized' (or 'id|text'), got {line!r}.")
+        text = (fields[2] if len(fields) > 2 and fields[2].strip() else fields[1]).strip()
+        if text:
+            sentences.append(Sentence(fields[0].strip(), text))
+    if not sentences:
+        raise ValueError(f"{path} holds no sentence ('id|text|normalized' lines).")
+    return sentences
+
+
+def bundled_sentences() -> list[Sentence]:
+    """The 32 transcripts of the bundled LJSpeech clips (always available, no ../shared needed)."""
+    return read_transcripts(BUNDLED_TRANSCRIPTS)
+
+
+def select_sentences(sentences: Sequence[Sentence], count: int | None, seed: int = 0, min_chars: int = 10,
+                     max_chars: int = 150) -> list[Sentence]:
+    """``count`` sentences (all when None) with ``min_chars <= len(text) <= max_chars``, a seeded sample kept
+    in source order. 150 characters (LJSpeech's 95th percentile) last at most ~9.5 s at 160 words per
+    minute, the slowest voice: under ``data.max_mel_frames`` 880 (10.2 s), which would skip longer clips."""
+    fitting = [s for s in sentences if min_chars <= len(s.text) <= max_chars]
+    if count is None or count >= len(fitting):
+        if count is not None and count > len(fitting):
+            raise ValueError(f"Asked for {count} sentences but only {len(fitting)} of {len(sentences)} have "
+                             f"{min_chars}-{max_chars} characters.")
+        return list(fitting)
+    chosen = set(random.Random(seed).sample(range(len(fitting)), count))
+    return [s for index, s in enumerate(fitting) if index in chosen]
+
+
+def assign_voices(sentences: Sequence[Sentence], voices: Sequence[EspeakVoice], seed: int = 0) -> list[EspeakVoice]:
+    """The voice of each sentence: a seeded shuffle dealt round-robin (each voice gets len / voices +-1)."""
+    order = list(range(len(sentences)))
+    random.Random(seed).shuffle(order)
+    assigned: list[EspeakVoice | None] = [None] * len(sentences)
+    for position, index in enumerate(order):
+        assigned[index] = voices[position % len(voices)]
+    return assigned  # type: ignore[return-value]
+
+
+def _render_one(binary: str, voice: EspeakVoice, text: str, target: Path) -> None:
+    partial = target.with_name(target.name + ".partial")  # a killed run never leaves a truncated .wav
+    result = subprocess.run(voice.command(binary, text, partial), capture_output=True, text=True, check=False)
+    if result.returncode != 0 or not partial.is_file() or partial.stat().st_size <= 44:  # 44: header only
+        partial.unlink(missing_ok=True)
+        raise EspeakRenderError(f"espeak-ng failed to render {target} with voice {voice.voice!r} "
+                           f"(exit {result.returncode}): {result.stderr.strip() or 'no audio written'}.")
+    os.replace(partial, target)
+
+
+def render_corpus(sentences: Sequence[Sentence], voices: Sequence[EspeakVoice] | int, out_dir: str | os.PathLike,
+                  jobs: int = 2, seed: int = 0, progress: bool = True) -> RenderResult:
+    """Render each sentence with its assigned voice into ``out_dir`` and write ``out_dir/list.txt``.
+
+    ``voices``: the voices, or how many of ``VOICES`` to use (2..8). ``jobs`` espeak-ng processes run at
+    once. Existing wav files are kept (delete ``out_dir`` to re-render with changed voice settings).
+    """
+    if isinstance(voices, int):
+        if not 2 <= voices <= len(VOICES):
+            raise ValueError(f"voices must be between 2 and {len(VOICES)}, got {voices}.")
+        voices = VOICES[:voices]
+    voices = list(voices)
+    if len({voice.name for voice in voices}) != len(voices):
+        raise ValueError(f"Voice names must be unique: {[voice.name for voice in voices]}.")
+    if len(sentences) < len(voices):
+        raise ValueError(f"{len(sentences)} sentences cannot give each of {len(voices)} voices a sentence.")
+    ids = [sentence.id for sentence in sentences]
+    if len(set(ids)) != len(ids):
+        raise ValueError("Sentence ids must be unique (they name the wav files).")
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}.")
+    for sentence in sentences:
+        if "|" in sentence.text or "\n" in sentence.text or "/" in sentence.id:
+            raise ValueError(f"Sentence {sentence.id!r} cannot go in a list file ('|' or a newline in the text, "
+                             "or '/' in the id).")
+    binary = espeak_binary()
+    out_dir = Path(out_dir)
+    assigned = assign_voices(sentences, voices, seed)
+    targets = [out_dir / "wavs" / voice.name / f"{sentence.id}.wav" for sentence, voice in zip(sentences, assigned)]
+    for voice in voices:
+        (out_dir / "wavs" / voice.name).mkdir(parents=True, exist_ok=True)
+    missing = [i for i, target in enumerate(targets) if not (target.is_file() and target.stat().st_size > 44)]
+
+    from tqdm import tqdm
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool, \
+            tqdm(total=len(missing), desc="espeak-ng", unit="clip", disable=not progress) as bar:
+        futures = [pool.submit(_render_one, binary, assigned[i], sentences[i].text, targets[i]) for i in missing]
+        for future in futures:
+            future.result()  # re-raises the first failure, naming the file and voice
+            bar.update(1)
+
+    lines = [f"{target.relative_to(out_dir).as_posix()}|{sentence.text}|{voice.name}"
+             for sentence, voice, target in zip(sentences, assigned, targets)]
+    list_file = out_dir / LIST_FILE
+    list_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    speakers = {voice.name: sum(1 for other in assigned if other.name == voice.name) for voice in voices}
+    return RenderResult(list_file, len(targets), len(missing), len(targets) - len(missing), speakers)

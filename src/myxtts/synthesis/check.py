@@ -1,0 +1,115 @@
+"""Does a trained model speak? Synthesize sentences and measure what a person would check.
+
+For each sentence: the free-running alignment of the aligning layer (focus rate, diagonality, share of
+its attention on real text), and, when pocketsphinx is installed (the ``listen`` extra), the character
+error rate (CER) of what an offline recognizer hears, next to the recognizer's CER on the real
+recordings of the same sentences (the ceiling: the recognizer itself errs ~16% on LJSpeech). Writes
+an alignment plot per sentence (matplotlib, labelled axes) that a person can look at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from myxtts.metrics import attention_diagonality, focus_rate
+
+
+@dataclass
+class SentenceCheck:
+    text: str
+    seconds: float
+    focus_rate: float
+    diagonality: float
+    text_attention_share: float  # mean over decoder steps of the aligning layer's mass on real text
+    heard: str | None = None  # what the recognizer heard (None: no recognizer installed)
+    cer: float | None = None
+    recording_heard: str | None = None
+    recording_cer: float | None = None
+    plot: str | None = None
+
+
+@dataclass
+class SpeechCheck:
+    sentences: list[SentenceCheck] = field(default_factory=list)
+    recognizer: bool = False
+    cer: float | None = None  # corpus CER of the synthesized audio (sum of edits / sum of lengths)
+    recording_cer: float | None = None  # the recognizer's CER on the real recordings of the same texts
+
+    @property
+    def focus_rate(self) -> float:
+        return float(np.mean([s.focus_rate for s in self.sentences]))
+
+    @property
+    def diagonality(self) -> float:
+        return float(np.mean([s.diagonality for s in self.sentences]))
+
+    @property
+    def text_attention_share(self) -> float:
+        return float(np.mean([s.text_attention_share for s in self.sentences]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "focus_rate": self.focus_rate, "diagonality": self.diagonality,
+                "text_attention_share": self.text_attention_share}
+
+
+def plot_alignment(path: str | Path, alignment: np.ndarray, title: str) -> Path:
+    """PNG of an alignment ``[decoder steps, text tokens]``: text position against decoder step."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 4.5), dpi=100)
+    image = axes.imshow(alignment.T, origin="lower", aspect="auto", interpolation="nearest", cmap="viridis")
+    axes.set_xlabel("decoder step (reduction_factor mel frames each)")
+    axes.set_ylabel("text position (token)")
+    axes.set_title(title if len(title) < 80 else title[:77] + "...", fontsize=9)
+    figure.colorbar(image, ax=axes, label="attention weight")
+    figure.tight_layout()
+    path = Path(path)
+    figure.savefig(path)
+    plt.close(figure)
+    return path
+
+
+def check_speech(synthesizer: Any, texts: Sequence[str], reference: Any,
+                 recordings: Sequence[np.ndarray | None] | None = None, plot_dir: str | Path | None = None,
+                 listen: bool = True) -> SpeechCheck:
+    """Synthesize ``texts`` with ``reference`` and measure them (see the module docstring).
+
+    ``recordings``: the real waveforms of the same texts at the synthesizer's sample rate (None entries for
+    texts without one), for the recognizer's ceiling. ``listen``: use the recognizer when installed.
+    """
+    from myxtts import listening
+
+    sample_rate = synthesizer.cfg.audio.sample_rate
+    results = synthesizer.synthesize_detailed(list(texts), reference)
+    use_recognizer = listen and listening.recognizer_available()
+    check = SpeechCheck(recognizer=use_recognizer)
+    recordings = list(recordings) if recordings is not None else [None] * len(results)
+    for index, (text, result, recording) in enumerate(zip(texts, results, recordings)):
+        alignment = np.asarray(result.alignment, dtype=np.float64)  # [steps, tokens]
+        item = SentenceCheck(text=text, seconds=len(result.waveform) / sample_rate,
+                             focus_rate=float(focus_rate(alignment)),
+                             diagonality=float(attention_diagonality(alignment)),
+                             text_attention_share=float(alignment.sum(axis=1).mean()) if alignment.size else 0.0)
+        if plot_dir is not None:
+            item.plot = str(plot_alignment(Path(plot_dir) / f"alignment_{index:02d}.png", alignment, text))
+        if use_recognizer:
+            item.heard = listening.transcribe(result.waveform, sample_rate)
+            item.cer = listening.character_error_rate(text, item.heard)
+            if recording is not None:
+                item.recording_heard = listening.transcribe(recording, sample_rate)
+                item.recording_cer = listening.character_error_rate(text, item.recording_heard)
+        check.sentences.append(item)
+    if use_recognizer:
+        check.cer = listening.corpus_character_error_rate(texts, [s.heard for s in check.sentences])
+        with_recording = [s for s in check.sentences if s.recording_heard is not None]
+        if with_recording:
+            check.recording_cer = listening.corpus_character_error_rate([s.text for s in with_recording],
+                                                                        [s.recording_heard for s in with_recording])
+    return check
