@@ -280,6 +280,26 @@ class InputPipeline:
                 rows.append(np.resize(members, total))  # repeats its own rows to fill the last batch
         return np.concatenate(rows)
 
+    def _row_source(self, repeat: bool) -> tf.data.Dataset:
+        """The dataset of row indices everything else is built on (the source a tf.data service splits).
+
+        A finite pass through a tf.data service ("distributed_epoch") hands the source's elements out to the
+        workers one split at a time, and each worker batches what it receives with ``drop_remainder``: split
+        row by row, a bucket's rows land on different workers and each worker drops its partial batch (with
+        two workers a 2-utterance validation split came back empty). So that source is whole batches (one
+        ragged row each), flattened after the split."""
+        rows = self._rows(repeat)  # [rows]
+        if repeat or self.split == "train" or not self.cfg.data.service_address:
+            return tf.data.Dataset.from_tensor_slices(tf.constant(rows, tf.int32))
+        batch_sizes = np.array([b.batch_size for b in self.plan.buckets], np.int64)[self.row_buckets[rows]]
+        # validation rows come bucket after bucket, each bucket a whole number of batches (see _rows)
+        lengths, position = [], 0
+        while position < rows.size:
+            lengths.append(int(batch_sizes[position]))
+            position += int(batch_sizes[position])
+        batches = tf.RaggedTensor.from_row_lengths(tf.constant(rows, tf.int32), tf.constant(lengths, tf.int64))
+        return tf.data.Dataset.from_tensor_slices(batches).flat_map(tf.data.Dataset.from_tensor_slices)
+
     def dataset(self, repeat: bool = True) -> tf.data.Dataset:
         d = self.cfg.data
         s = self.source
@@ -305,7 +325,7 @@ class InputPipeline:
             reference, length = s.reference_mel(other, reference_frames, seed + tf.constant([0, 1], tf.int64))
             return {**element, "reference_mel": reference, "reference_lengths": length}
 
-        rows = tf.data.Dataset.from_tensor_slices(tf.constant(self._rows(repeat), tf.int32))
+        rows = self._row_source(repeat)
         if d.use_tf_native_loading:
             dataset = rows.map(parse, num_parallel_calls=parallel).cache()
             if shuffle:
