@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import wave
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def test_demo_prepares_trains_synthesizes_and_summarizes(tmp_path: Path) -> None
     run_dir = tmp_path / "run"
 
     result = CliRunner().invoke(main, ["demo", "--config", str(config), "--workdir", str(run_dir), "--steps", "6",
-                                       *shrink], catch_exceptions=False)
+                                       "--listen-sentences", "1", *shrink], catch_exceptions=False)
 
     assert result.exit_code == 0, result.output
     out = result.output
@@ -43,9 +44,17 @@ def test_demo_prepares_trains_synthesizes_and_summarizes(tmp_path: Path) -> None
     assert samples.size > 22050 * 0.5  # a plausible length for a sentence, not an empty file
     assert np.abs(samples).max() > 100  # not silent
     assert (run_dir / "tensorboard").is_dir() and (run_dir / "metrics.jsonl").is_file()
+    # what the demo heard: alignment of the aligning layer, recognizer CER next to the recording's, a plot
+    assert "alignment (free-running):   focus rate" in out and "of its attention on the text" in out
+    assert "CER (pocketsphinx):         all" in out and "recordings of the training sentences" in out
+    listened = json.loads((run_dir / "listening.json").read_text(encoding="utf-8"))
+    assert len(listened["sentences"]) == 2  # --text + one training sentence
+    assert all(0.0 <= item["cer"] for item in listened["sentences"])
+    plot = Path(listened["sentences"][0]["plot"])
+    assert plot.is_file() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # a second run resumes from the checkpoint instead of refusing the non-empty workdir
     again = CliRunner().invoke(main, ["demo", "--config", str(config), "--workdir", str(run_dir), "--steps", "8",
-                                      *shrink], catch_exceptions=False)
+                                      "--listen-sentences", "0", *shrink], catch_exceptions=False)
     assert again.exit_code == 0, again.output
     assert "Cache is up to date" in again.output

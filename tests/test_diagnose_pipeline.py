@@ -57,14 +57,10 @@ def test_python_bound_pipeline_is_highly_input_bound_and_blames_the_py_map():
 
 def test_in_memory_pipeline_is_not_input_bound_for_a_slow_consumer():
     data = tf.data.Dataset.from_tensor_slices(np.ones([64, 32], np.float32)).batch(8).repeat().prefetch(2)
-    weights = tf.ones([32, 32])
 
-    @tf.function
-    def slow_step(batch):
-        value = batch
-        for _ in range(30):
-            value = tf.tanh(tf.matmul(value, weights))
-        return tf.reduce_sum(value)
+    def slow_step(batch):  # a 10 ms device step (sleeps like an accelerator wait): >= 10x the input's cost
+        time.sleep(0.01)
+        return batch
 
     report = diagnose_dataset(data, consumer=slow_step, steps=16)
     assert report.final_prefetch and report.py_functions == [] and report.generator_sources == 0
@@ -138,3 +134,12 @@ def test_without_consumer_or_target_no_stage_is_blamed_but_python_still_ranks_fi
     assert report.recommendations[0].kind == "py_function", report.format()  # its stage drops throughput x100s
     with_prefetch = diagnose_dataset(_py_pipeline().prefetch(2), steps=8)
     assert with_prefetch.bottleneck == "no_reference" and "no stage is blamed" in with_prefetch.format()
+
+
+def test_stage_chain_follows_the_data_through_enumerate_not_its_counter():
+    """enumerate() is zip((range, self)): the chain must time the map behind it (the data path), as in
+    InputPipeline, where the parse map sits behind an enumerate."""
+    dataset = tf.data.Dataset.range(8).map(lambda x: x * 2, num_parallel_calls=2).enumerate().batch(2)
+    names = [stage_name(stage) for stage in stages(dataset)]
+    assert names[0] == "Range" and any(name.startswith("ParallelMap") for name in names), names
+    assert names[-1] == "Batch"

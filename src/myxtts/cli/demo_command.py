@@ -42,9 +42,11 @@ def _batching_report(cfg) -> dict:
               help="Training steps (default: training.max_steps of the config).")
 @click.option("--text", default=DEMO_TEXT, show_default=False, help="Sentence to synthesize.")
 @click.option("--fresh", is_flag=True, help="Start training from scratch even if the workdir has a checkpoint.")
+@click.option("--listen-sentences", type=click.IntRange(min=0), default=TRAINING_SENTENCES, show_default=True,
+              help="Training sentences synthesized and listened to next to their recordings (0: only --text).")
 @clean_errors(ValueError, OSError)
 def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, steps: int | None, text: str,
-                 fresh: bool) -> None:
+                 fresh: bool, listen_sentences: int) -> None:
     """Prepare the corpus, train briefly, synthesize a wav and print the diagnostics summary."""
     from myxtts.data.prepare import prepare
 
@@ -71,7 +73,7 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     from myxtts.vocoder import write_wav
 
     synthesizer = Synthesizer.from_run(run_dir)
-    sentences = _training_sentences(cfg, TRAINING_SENTENCES)
+    sentences = _training_sentences(cfg, listen_sentences)
     # the reference voice: a training clip that is not one of the sentences listened to
     reference = sentences.pop()[1] if sentences else None
     if reference is None:

@@ -61,16 +61,28 @@ def _inputs(dataset: Any) -> list[Any]:
 
 
 def stages(dataset: tf.data.Dataset) -> list[tf.data.Dataset]:
-    """The chain from the source to `dataset` following the first input (`_inputs()`: private, guarded)."""
+    """The chain from the source to `dataset` (`_inputs()`: private, guarded).
+
+    Where a stage has several inputs (``enumerate()`` is ``zip((range, self))``, ``zip``, ``concatenate``)
+    the chain follows the input with the longest history of its own: the data path, not the counter."""
     chain = [dataset]
     current = dataset
     for _ in range(_MAX_DATASETS):
         upstream = _inputs(current)
         if not upstream:
             break
-        current = upstream[0]
+        current = max(upstream, key=_history_length) if len(upstream) > 1 else upstream[0]
         chain.append(current)
     return list(reversed(chain))
+
+
+def _history_length(dataset: Any) -> int:
+    """Number of datasets upstream of ``dataset`` (all inputs, bounded)."""
+    seen, pending = 0, [dataset]
+    while pending and seen < _MAX_DATASETS:
+        seen += 1
+        pending.extend(_inputs(pending.pop()))
+    return seen
 
 
 def is_transparent(dataset: Any) -> bool:
