@@ -7,6 +7,8 @@ Same model (same preset, same seed), same corpus, same mel-frame budget per batc
                    max_mel_frames) and the per-bucket batch cap lifted, so only the budget sizes a batch;
                    every step function traced and run once at warm-up (state restored)
   (d') buckets at the config's own data.batch_frames (--modes d_config)
+  (dk) (d) with training.steps_per_execution = K (--steps-per-execution, default 4): K steps of one bucket
+                   per compiled call (--modes d,dk measures what one Python dispatch per K steps buys)
   (a) naive        (d)'s batches re-padded to their own max lengths, tf.function without input_signature
   (b) reduce       the same batches, tf.function(reduce_retracing=True); (bx) with jit_compile=True
 
@@ -50,7 +52,7 @@ from common import PersistentChild, emit_result, machine, paired_ratios, spread,
 
 INPUT_STARTUP_PAUSE = 2.0  # seconds for the pipeline's prefetch buffers to fill before the first round
 MODES = {"a": "a_naive", "b": "b_reduce_retracing", "bx": "b_reduce_retracing_xla", "c": "c_fixed_padding",
-         "d": "d_buckets", "d_config": "d_buckets_config_budget"}
+         "d": "d_buckets", "d_config": "d_buckets_config_budget", "dk": "dk_buckets_steps_per_execution"}
 NAIVE_OPTIONS = {"a": {}, "b": {"reduce_retracing": True}, "bx": {"reduce_retracing": True, "jit_compile": True}}
 TARGETS = {"d_over_b": 1.0, "d_over_a": 2.0, "d_over_c": 1.4, "d_traces_after_warmup": 0, "d_input_wait_share": 0.01}
 
@@ -82,6 +84,7 @@ class _ModeRunner:
         from myxtts.training.steps import TrainingSteps
         keras.utils.set_random_seed(cfg.training.seed)  # the same initial model in every mode
         self.key, self.accumulation = key, cfg.training.gradient_accumulation_steps
+        self.steps_per_call = cfg.training.steps_per_execution  # (dk): one call = a block of K steps
         pipeline = InputPipeline(cfg, "train")
         model = build_model(cfg, len(Vocabulary.load(cfg.cache_dir / "vocab.json").symbols))
         self.steps = steps = TrainingSteps(model, make_optimizer(cfg), cfg, tf.distribute.get_strategy())
@@ -139,12 +142,12 @@ class _ModeRunner:
         while done < steps and time.perf_counter() - started < max_seconds:
             before = self.count()
             batches, waited, seconds = self.run_cycle()
-            done += 1
+            done += self.steps_per_call
             traced_steps += self.count() != before
             wait += waited
-            real += sum(float(np.sum(b["mel_lengths"])) for b in batches)
-            padded += sum(float(np.prod(b["mel"].shape[:2])) for b in batches)
-            per_shape[_shape_name(batches)].append(seconds)
+            real += sum(float(np.sum(b["mel_lengths"])) for b in batches)  # a block: all K batches
+            padded += sum(float(np.prod(b["mel"].shape[:-1])) for b in batches)
+            per_shape[_shape_name(batches)].append(seconds / self.steps_per_call)
         elapsed = time.perf_counter() - started
         return {"steps": done, "stopped_early": done < steps, "seconds": elapsed,
                 "real_mel_frames_per_second": real / elapsed, "padded_mel_frames_per_second": padded / elapsed,
@@ -224,6 +227,7 @@ def main() -> None:
     parser.add_argument("--naive-warmup", type=int, default=2,
                         help="steps counted as warm-up for (a)/(b) ((b) traces exactly, then with None dims)")
     parser.add_argument("--modes", default="a,b,c,d", help=f"comma list of {', '.join(MODES)}")
+    parser.add_argument("--steps-per-execution", type=int, default=4, help="K of mode (dk)")
     parser.add_argument("--set", action="append", default=[], dest="overrides")
     parser.add_argument("--json", default=None, help="also write the JSON here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -246,7 +250,9 @@ def main() -> None:
     budget = cfg.data.batch_size * cfg.data.max_mel_frames
     bucket = [f"data.batch_frames={budget}", f"data.batch_size={budget // cfg.data.bucket_multiple}"]
     mode_overrides = {"a": bucket, "b": bucket, "bx": bucket, "d": bucket, "d_config": [],
-                      "c": ["data.pad_to_fixed_length=true"]}
+                      "c": ["data.pad_to_fixed_length=true"],
+                      "dk": bucket + [f"training.steps_per_execution={args.steps_per_execution}",
+                                      f"training.max_steps={1000 * args.steps_per_execution}"]}
     modes = args.modes.split(",")
     children, ready = {}, {}
     log_dir = tempfile.mkdtemp(prefix="bench-training-")
@@ -274,6 +280,10 @@ def main() -> None:
         reference = summaries["d_buckets"]["real_mel_frames_per_second_per_round"]
         ratios = {name: paired_ratios(reference, s["real_mel_frames_per_second_per_round"])
                   for name, s in summaries.items() if name != "d_buckets" and "error" not in s}
+    dk = summaries.get(MODES["dk"], {})
+    if "d" in modes and "dk" in modes and "error" not in dk and "error" not in summaries["d_buckets"]:
+        ratios["steps_per_execution_gain_dk_over_d"] = paired_ratios(
+            dk["real_mel_frames_per_second_per_round"], summaries["d_buckets"]["real_mel_frames_per_second_per_round"])
     environment = next((r["environment"] for r in ready.values() if "environment" in r), None)
     report = {"benchmark": "training", "method": "alternating rounds, one persistent process per mode",
               "config": args.config, "data": str(cfg.corpus_path), "model_preset": cfg.model.preset,

@@ -313,3 +313,27 @@ def test_a_saved_iterator_resumes_exactly(prepared_cache, cache, tmp_path) -> No
         got = next(restored)
         for key in BATCH_KEYS:
             np.testing.assert_array_equal(got[key].numpy(), want[key].numpy())
+
+
+def test_steps_per_execution_stacks_k_batches_of_one_bucket(prepared_cache, cache) -> None:
+    """steps_per_execution = 2: every element is a block [2, batch, ...] of two batches of one bucket, in the
+    block signatures; the blocks hold real cached rows of unequal lengths; validation keeps plain batches."""
+    pipeline = InputPipeline(prepared_cache, cache=cache, steps_per_execution=2)
+    plain = InputPipeline(prepared_cache, cache=cache)
+    assert [{k: (2, *v.shape) for k, v in s.items()} for s in plain.signatures()] == \
+        [{k: tuple(v.shape) for k, v in s.items()} for s in pipeline.signatures()]
+    assert pipeline.batch_signatures() == plain.signatures()
+    allowed = signature_shapes(pipeline)
+    buckets_seen, lengths = set(), set()
+    for block in pipeline.dataset().take(12):
+        assert shapes_of(block) in allowed
+        rows = block["mel_lengths"].numpy()  # [2, batch]
+        bucket = allowed.index(shapes_of(block))
+        buckets_seen.add(bucket)
+        lengths.update(rows.ravel().tolist())
+        for mel_lengths in rows:  # both batches fit the same bucket
+            assert np.all(mel_lengths <= pipeline.plan.buckets[bucket].mel_frames)
+            assert set(mel_lengths.tolist()) <= set(cache.mel_lengths.tolist())
+    assert len(buckets_seen) >= 2 and len(lengths) > 4
+    validation = InputPipeline(prepared_cache, split="validation", cache=cache)
+    assert validation.steps_per_execution == 1 and validation.signatures() == plain.signatures()

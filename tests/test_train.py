@@ -115,3 +115,23 @@ def test_checkpoint_falls_back_when_newest_is_half_written(tmp_path):
     older_variable = tf.Variable([0.0, 0.0])
     older = Checkpoints(tmp_path, keep=3, weights=older_variable, iterator=iter(tf.data.Dataset.range(100)))
     assert older.restore_latest().endswith("ckpt-1") and older_variable.numpy().tolist() == [1.0, 2.0]
+
+
+def test_trainer_with_steps_per_execution_runs_blocks_without_retracing(prepared_cache, tmp_path):
+    """training.steps_per_execution = 2 on several buckets: one traced call per bucket runs 2 steps; logs,
+    validation and checkpoints land on the first block boundary at or after their interval; 0 retraces."""
+    from myxtts.training import run
+    cfg = trainer_config(prepared_cache, data={"num_buckets": 3}, training={
+        "max_steps": 12, "steps_per_execution": 2, "log_every": 3, "validate_every": 5, "checkpoint_every": 5,
+        "summary_every": 0, "strict_retracing": True, "warmup_steps": 2})
+    summary = run(cfg, tmp_path / "run", progress=False, echo=lambda _: None)
+    assert summary["steps"] == 12 and summary["updates"] == 12 and summary["retraces_after_warmup"] == 0
+    train_names = [name for name in summary["traces"] if name.startswith("train_")]
+    assert len(train_names) == summary["batch_shapes"] >= 2
+    assert all(name.startswith("train_2_steps[") for name in train_names)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["split"] == "train"] == [2, 4, 6, 10, 12]
+    assert [r["step"] for r in records if r["split"] == "validation"] == [6, 10, 12]
+    assert all(np.isfinite(r["total"]) for r in records)
+    checkpoints = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("ckpt-*.index"))
+    assert checkpoints == ["ckpt-10.index", "ckpt-12.index", "ckpt-6.index"]

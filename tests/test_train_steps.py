@@ -11,7 +11,7 @@ import tensorflow as tf
 from myxtts.config import config_from_dict
 from myxtts.model import build_model
 from myxtts.training.steps import TrainingSteps, UnknownShapeError, shape_key
-from train_helpers import batch_spec, synthetic_batch
+from train_helpers import batch_spec, batch_with_lengths, synthetic_batch
 
 VOCAB = 40
 TINY_TINY = {"preset": "tiny", "d_model": 32, "num_heads": 2, "ff_dim": 32, "text_layers": 1, "decoder_layers": 1,
@@ -174,3 +174,43 @@ def test_warm_up_runs_every_function_and_restores_every_variable_exactly(precisi
     out = steps.train_cycle([synthetic_batch(3, 8, 16, 16, vocab_size=VOCAB, seed=15)] * accumulation)
     assert np.isfinite(float(out["total"])) and traces.retraces_after_warmup() == 0
     traces.close()
+
+
+def test_steps_per_execution_runs_k_updates_in_one_call_equal_to_k_single_steps():
+    """training.steps_per_execution = 3: one compiled call on a block [3, batch, ...] of unequal-length batches
+    applies 3 updates (Adam, dropout on: the per-step seeds and the schedule advance inside the graph loop)
+    equal to 3 single-step calls, and reports the mean losses and summed frames of the 3 steps."""
+    tiny = {**TINY_TINY, "dropout": 0.1}
+    blocks = [batch_with_lengths([10, 7], [24, 13], 10, 24, 16, vocab_size=VOCAB, seed=seed) for seed in (21, 22, 23)]
+    cfg_k = config_from_dict({"model": tiny, "training": {"steps_per_execution": 3, "max_steps": 9}})
+    cfg_1 = config_from_dict({"model": tiny})
+    model_k, model_1 = build_model(cfg_k, VOCAB), build_model(cfg_1, VOCAB)
+    model_1.set_weights(model_k.get_weights())
+    steps_k = TrainingSteps(model_k, keras.optimizers.Adam(1e-3), cfg_k, tf.distribute.get_strategy())
+    steps_1 = TrainingSteps(model_1, keras.optimizers.Adam(1e-3), cfg_1, tf.distribute.get_strategy())
+    spec = batch_spec(2, 10, 24, 16)
+    steps_k.build([{k: tf.TensorSpec([3, *v.shape], v.dtype) for k, v in spec.items()}], lambda f, name: f)
+    steps_1.build([spec], lambda f, name: f)
+    with pytest.raises(UnknownShapeError):
+        steps_k.train(blocks[0])  # a single batch is not a block of this signature
+    block = {key: tf.stack([batch[key] for batch in blocks]) for key in blocks[0]}  # [3, batch, ...]
+    out_k = steps_k.train(block)
+    singles = [steps_1.train(batch) for batch in blocks]
+    assert steps_k.update_step == steps_1.update_step == 3 and int(out_k["applied"]) == 3
+    assert int(steps_k.micro_step.numpy()) == 3
+    for a, b in zip(_weights(model_k), _weights(model_1)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    for key in ("total", "mel_l1_before", "stop", "guided_attention", "grad_norm"):
+        assert float(out_k[key]) == pytest.approx(np.mean([float(s[key]) for s in singles]), rel=1e-4), key
+    assert float(out_k["real_frames"]) == pytest.approx(sum(float(s["real_frames"]) for s in singles))
+    # validation keeps the batch signature
+    assert set(steps_k.validate(blocks[0])) >= {"total", "real_frames"}
+
+
+def test_steps_per_execution_config_rules():
+    with pytest.raises(ValueError, match="gradient_accumulation_steps"):
+        config_from_dict({"training": {"steps_per_execution": 2, "gradient_accumulation_steps": 2}})
+    with pytest.raises(ValueError, match="training.max_steps"):
+        config_from_dict({"training": {"steps_per_execution": 4, "max_steps": 10}})
+    with pytest.raises(ValueError, match="training.steps_per_execution"):
+        config_from_dict({"training": {"steps_per_execution": 0}})

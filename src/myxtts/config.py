@@ -115,6 +115,8 @@ class TrainingConfig:
     weight_decay: float = 0.0
     gradient_clip_norm: float = 1.0  # 0 disables clipping
     gradient_accumulation_steps: int = 1
+    # optimizer steps per compiled call: K batches of one bucket run in one tf.function (a graph loop)
+    steps_per_execution: int = 1
     mixed_precision: Literal["float32", "bfloat16", "float16"] = "float32"
     enable_graph_mode: bool = True  # compiled tf.function steps (False: eager, for debugging only)
     enable_xla_compilation: bool = False
@@ -280,6 +282,7 @@ def validate(cfg: Config) -> Config:
               "model.num_speaker_latents", "model.prenet_dim", "model.postnet_channels",
               "model.reduction_factor", "model.max_attention_sequence_length",
               "training.max_steps", "training.learning_rate", "training.gradient_accumulation_steps",
+              "training.steps_per_execution",
               "training.max_nonfinite_steps", "training.log_every", "training.validate_every",
               "training.checkpoint_every", "training.keep_checkpoints")
     d, a, m, t = cfg.data, cfg.audio, cfg.model, cfg.training
@@ -292,6 +295,15 @@ def validate(cfg: Config) -> Config:
     if d.min_duration >= d.max_duration:
         raise ValueError(f"Config key 'data.min_duration' ({d.min_duration}) must be below "
                          f"'data.max_duration' ({d.max_duration}).")
+    if t.steps_per_execution > 1:
+        if t.gradient_accumulation_steps > 1:
+            raise ValueError("Config keys 'training.steps_per_execution' and 'training.gradient_accumulation_steps' "
+                             "cannot both be > 1: a compiled call runs either K whole updates of one bucket or one "
+                             "micro-batch of an accumulation cycle. Set one of them to 1.")
+        if t.max_steps % t.steps_per_execution:
+            raise ValueError(f"Config key 'training.max_steps' ({t.max_steps}) must be a multiple of "
+                             f"'training.steps_per_execution' ({t.steps_per_execution}): every compiled call runs "
+                             "that many steps.")
     if d.validation_size < 0:
         raise ValueError("Config key 'data.validation_size' must be >= 0.")
     if a.win_length > a.n_fft:

@@ -201,11 +201,20 @@ class _WavSource:
 class InputPipeline:
     """Batches of the ``split`` ("train" or "validation") in the shapes of ``signatures()``."""
 
-    def __init__(self, cfg: Any, split: str = "train", cache: FeatureCache | None = None, replicas: int = 1) -> None:
-        """``replicas``: devices each batch is split over; bucket batch sizes are then multiples of it."""
+    def __init__(self, cfg: Any, split: str = "train", cache: FeatureCache | None = None, replicas: int = 1,
+                 steps_per_execution: int | None = None) -> None:
+        """``replicas``: devices each batch is split over; bucket batch sizes are then multiples of it.
+        ``steps_per_execution`` K (default: ``training.steps_per_execution`` for the train split, 1 for
+        validation): K > 1 stacks K consecutive batches of one bucket into one element ``[K, batch, ...]``,
+        what one compiled call of ``TrainingSteps`` trains on."""
         if split not in ("train", "validation"):
             raise ValueError(f"InputPipeline split must be 'train' or 'validation', got {split!r}.")
         self.cfg, self.split, self.replicas = cfg, split, replicas
+        if steps_per_execution is None:
+            steps_per_execution = cfg.training.steps_per_execution if split == "train" else 1
+        if steps_per_execution < 1:
+            raise ValueError(f"steps_per_execution must be >= 1, got {steps_per_execution}.")
+        self.steps_per_execution = steps_per_execution
         d = cfg.data
         self.source = _WavSource(cfg) if d.use_tf_native_loading else _CacheSource(cfg, cache)
         s = self.source
@@ -245,7 +254,17 @@ class InputPipeline:
 
     # ---- contract --------------------------------------------------------------------------
     def signatures(self) -> list[dict[str, tf.TensorSpec]]:
-        """One fully static batch signature per bucket (the input_signature of each compiled step)."""
+        """One fully static element signature per bucket (the input_signature of each compiled train call):
+        a batch, or with steps_per_execution K > 1 a block of K batches, ``[K, batch, ...]``."""
+        batches = self.batch_signatures()
+        if self.steps_per_execution == 1:
+            return batches
+        k = self.steps_per_execution
+        return [{key: tf.TensorSpec([k, *spec.shape.as_list()], spec.dtype) for key, spec in signature.items()}
+                for signature in batches]
+
+    def batch_signatures(self) -> list[dict[str, tf.TensorSpec]]:
+        """One fully static batch signature per bucket (what validate steps and the model see)."""
         n_mels, reference_frames = self.source.n_mels, self.cfg.data.reference_frames
         out = []
         for b in self.plan.buckets:
@@ -342,6 +361,11 @@ class InputPipeline:
         dataset = dataset.enumerate().map(add_reference, num_parallel_calls=parallel)
         dataset = dataset.group_by_window(key_func=bucket_key, reduce_func=self._batch_bucket,
                                           window_size_func=self._window_size)
+        if self.steps_per_execution > 1:  # K consecutive batches of one bucket -> one [K, batch, ...] block
+            steps = self.steps_per_execution
+            dataset = dataset.group_by_window(key_func=lambda batch: tf.cast(batch["bucket"][0], tf.int64),
+                                              reduce_func=lambda _, window: window.batch(steps, drop_remainder=True),
+                                              window_size=steps)
         dataset = dataset.map(lambda batch: {key: batch[key] for key in BATCH_KEYS}, num_parallel_calls=parallel)
         if d.service_address:  # everything above runs on the tf.data service workers (myxtts.data.service)
             from myxtts.data.service import distribute

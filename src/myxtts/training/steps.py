@@ -42,19 +42,29 @@ SUM = tf.distribute.ReduceOp.SUM
 NORMALIZER_SIGNATURE = {key: tf.TensorSpec([], tf.float32, name=key) for key in NORMALIZER_KEYS}
 
 
-def shape_key(batch_or_spec: dict) -> ShapeKey:
-    """The static shape identity of a batch (or a signature): what the step functions are keyed by."""
-    return tuple(tuple(batch_or_spec[k].shape.as_list()) for k in ("tokens", "mel", "reference_mel"))
+def shape_key(batch_or_spec: dict, stacked: bool = False) -> ShapeKey:
+    """The static shape identity of a batch (or a signature): what the step functions are keyed by.
+    ``stacked``: a block of K batches ``[K, batch, ...]`` (steps_per_execution), keyed by its batch shape."""
+    return tuple(tuple(batch_or_spec[k].shape.as_list()[1 if stacked else 0:])
+                 for k in ("tokens", "mel", "reference_mel"))
+
+
+def unstack_spec(spec: dict) -> dict:
+    """The batch signature inside a block signature ``[K, batch, ...]``."""
+    return {key: tf.TensorSpec(value.shape[1:], value.dtype) for key, value in spec.items()}
 
 
 def warmup_batch(spec: dict) -> dict[str, tf.Tensor]:
-    """A valid batch of exactly this signature (zeros, every length full) for the warm-up run."""
-    lengths_of = {"token_lengths": "tokens", "mel_lengths": "mel", "reference_lengths": "reference_mel"}
+    """A valid batch (or block) of exactly this signature (zeros, every length full) for the warm-up run."""
+    # length key -> (padded key, axis of its time dimension counted from the end)
+    lengths_of = {"token_lengths": ("tokens", -1), "mel_lengths": ("mel", -2),
+                  "reference_lengths": ("reference_mel", -2)}
     batch = {}
     for key, tensor_spec in spec.items():
         shape = tensor_spec.shape.as_list()
         if key in lengths_of:  # [batch] = the padded length: every position real, nothing degenerate
-            batch[key] = tf.fill(shape, tf.constant(spec[lengths_of[key]].shape[1], tensor_spec.dtype))
+            padded, axis = lengths_of[key]
+            batch[key] = tf.fill(shape, tf.constant(spec[padded].shape[axis], tensor_spec.dtype))
         else:
             batch[key] = tf.zeros(shape, tensor_spec.dtype)
     return batch
@@ -87,6 +97,7 @@ class TrainingSteps:
         self.model, self.optimizer, self.cfg, self.strategy = model, optimizer, cfg, strategy
         t = cfg.training
         self.accumulation = t.gradient_accumulation_steps
+        self.steps_per_execution = t.steps_per_execution  # K > 1: each train call is a graph loop of K steps
         self.float16 = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         self.replicas = strategy.num_replicas_in_sync
         self.variables = model.trainable_variables
@@ -106,7 +117,8 @@ class TrainingSteps:
         self.validate_functions: dict[ShapeKey, Callable] = {}
         self.warmup_seconds: dict[str, float] = {}  # "<kind>_step[<shape>]" -> trace + warm-up runs, seconds
         self.warmup_runs_seconds: dict[str, list[float]] = {}  # same keys -> [trace + first run, any later runs]
-        self.signatures: dict[ShapeKey, dict] = {}
+        self.signatures: dict[ShapeKey, dict] = {}  # batch signatures (what validate and the model take)
+        self.train_signatures: dict[ShapeKey, dict] = {}  # the train calls' (blocks with steps_per_execution)
 
     # ---- state that must be checkpointed ---------------------------------------------------------
     def checkpoint_objects(self) -> dict[str, Any]:
@@ -217,6 +229,29 @@ class TrainingSteps:
                 "nonfinite_in_a_row": self.nonfinite_in_a_row.read_value(),
                 "learning_rate": tf.cast(learning_rate, tf.float32)}
 
+    def _train_block(self, block: dict) -> dict:
+        """K optimizer steps (``training.steps_per_execution``) on a block of K batches of one bucket
+        ``{key: [K, batch, ...]}``, in one graph: a ``tf.while_loop`` over ``_train_graph``, so Python
+        dispatches once per K steps. Metrics are reduced in the graph: losses and the gradient norm are
+        means over the K steps, ``real_frames`` and ``applied`` (updates applied) are sums."""
+        steps = self.steps_per_execution
+        keys = (*LOSS_KEYS, "grad_norm")
+
+        def body(index, totals, applied):
+            batch = {key: value[index] for key, value in block.items()}  # [batch, ...], static shapes
+            out = self._train_graph(batch)
+            totals = {key: totals[key] + tf.cast(out[key], tf.float32) for key in keys}
+            return index + 1, totals, applied + tf.cast(out["applied"], tf.int32)
+
+        zeros = {key: tf.constant(0.0) for key in keys}
+        _, totals, applied = tf.while_loop(lambda index, *_: index < steps, body,
+                                           (tf.constant(0), zeros, tf.constant(0)))
+        out = {key: value if key == "real_frames" else value / float(steps) for key, value in totals.items()}
+        out.update(applied=applied, boundary=tf.constant(True),
+                   nonfinite_in_a_row=self.nonfinite_in_a_row.read_value(),
+                   learning_rate=tf.cast(self.optimizer.learning_rate, tf.float32))
+        return out
+
     def _replica_validate(self, batch: dict, normalizers: dict) -> dict:
         local = replica_slice(batch, self.replicas)
         outputs = self.model(local, training=False)  # teacher-forced on the true decoder inputs
@@ -232,23 +267,28 @@ class TrainingSteps:
     def build(self, signatures: list[dict], wrap: Callable[[Any, str], Callable]) -> None:
         """One tf.function per (kind, signature); ``wrap(fn, name)`` lets the monitor watch each."""
         t = self.cfg.training
+        blocks = self.steps_per_execution > 1  # train signatures are blocks [K, batch, ...]
+        train_body = self._train_block if blocks else self._train_graph
         for index, spec in enumerate(signatures):
-            key = shape_key(spec)
+            batch_spec = unstack_spec(spec) if blocks else spec
+            key = shape_key(batch_spec)
             if key in self.train_functions:
                 continue
-            self.signatures[key] = spec
+            self.signatures[key] = batch_spec
+            self.train_signatures[key] = spec
             label = f"bucket {index}: {describe_key(key)}"
             if not t.enable_graph_mode:  # eager, for debugging only: nothing is compiled or traced
-                self.train_functions[key] = self._train_graph
+                self.train_functions[key] = train_body
                 self.validate_functions[key] = self._validate_graph
                 continue
             options = dict(jit_compile=t.enable_xla_compilation, reduce_retracing=False)
             # with accumulation the global batch's counts come in as a second (scalar) argument
             train_signature = [spec] if self.accumulation == 1 else [spec, NORMALIZER_SIGNATURE]
-            self.train_functions[key] = wrap(tf.function(self._train_graph, input_signature=train_signature,
-                                                         **options), f"train_step[{label}]")
-            self.validate_functions[key] = wrap(tf.function(self._validate_graph, input_signature=[spec], **options),
-                                                f"validate_step[{label}]")
+            name = f"train_{self.steps_per_execution}_steps" if blocks else "train_step"
+            self.train_functions[key] = wrap(tf.function(train_body, input_signature=train_signature, **options),
+                                             f"{name}[{label}]")
+            self.validate_functions[key] = wrap(tf.function(self._validate_graph, input_signature=[batch_spec],
+                                                            **options), f"validate_step[{label}]")
 
     def warm_up(self, execute: bool = True, runs: int = 1) -> dict[str, float]:
         """Trace every compiled function and (``execute``) run it ``runs`` times; seconds per function.
@@ -278,7 +318,7 @@ class TrainingSteps:
                         function.get_concrete_function()
                         timings.append(time.perf_counter() - started)
                     for _ in range(runs if execute else 0):
-                        batch = warmup_batch(self.signatures[key])
+                        batch = warmup_batch((self.train_signatures if kind == "train" else self.signatures)[key])
                         arguments = [batch] if kind == "validate" or self.accumulation == 1 else \
                             [batch, self._normalizers(batch)]
                         started = time.perf_counter()
@@ -316,8 +356,14 @@ class TrainingSteps:
             for component, value in zip(_components(variable, self.strategy), values, strict=True):
                 component.assign(value)
 
-    def _lookup(self, functions: dict, batch: dict) -> Callable:
-        key = shape_key(batch)
+    def _lookup(self, functions: dict, batch: dict, stacked: bool = False) -> Callable:
+        if stacked and (batch["tokens"].shape.rank != 3 or batch["tokens"].shape[0] != self.steps_per_execution):
+            k = self.steps_per_execution
+            raise UnknownShapeError(f"With training.steps_per_execution = {k} a train call takes a block of {k} "
+                                    f"batches (tokens [{k}, batch, text]), got tokens of shape "
+                                    f"{batch['tokens'].shape.as_list()}: build the InputPipeline from the same "
+                                    "config (it stacks the train batches itself).")
+        key = shape_key(batch, stacked)
         function = functions.get(key)
         if function is None:
             raise UnknownShapeError(f"Batch shape {describe_key(key)} is not one of the pipeline's signatures "
@@ -328,7 +374,7 @@ class TrainingSteps:
     def train(self, batch: dict, normalizers: dict | None = None) -> dict:
         """One micro-batch. With gradient accumulation ``normalizers`` (the cycle's real counts) is required:
         use ``train_cycle``, which computes them."""
-        function = self._lookup(self.train_functions, batch)
+        function = self._lookup(self.train_functions, batch, stacked=self.steps_per_execution > 1)
         if self.accumulation == 1:
             return function(batch)
         if normalizers is None:

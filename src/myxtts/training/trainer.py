@@ -86,7 +86,7 @@ class Trainer:
         replicas = self.strategy.num_replicas_in_sync  # bucket batches: replicas x a per-replica frame budget
         self.train_pipeline = InputPipeline(self.cfg, "train", replicas=replicas)
         self.signatures = self.train_pipeline.signatures()
-        check_divisible(self.signatures, replicas)  # only fixed padding can still fail (data.batch_size)
+        check_divisible(self.train_pipeline.batch_signatures(), replicas)  # only fixed padding can still fail (data.batch_size)
         self.validation_pipeline = InputPipeline(self.cfg, "validation", replicas=replicas) \
             if self.cfg.data.validation_size else None
         vocab_path = self.cfg.cache_dir / VOCAB_FILE
@@ -162,6 +162,11 @@ class Trainer:
         bar = _progress_bar(t.max_steps, start_step, self.progress and self.chief)
         stopped = "max_steps"
         validation_loss = None
+        per_call = t.steps_per_execution  # optimizer steps per compiled call (a block of K batches)
+
+        def crossed(every: int) -> bool:  # did the last call pass a multiple of `every`?
+            return step // every > (step - per_call) // every
+
         try:
             while step < t.max_steps:
                 step_started = time.perf_counter()
@@ -171,15 +176,15 @@ class Trainer:
                     batches.append(self.batch_filter(step, batch) if self.batch_filter is not None else batch)
                 out = self.steps.train_cycle(batches)  # dispatched; nothing below waits for it but log points
                 frames = frames + out["real_frames"]
-                step += 1
+                step += per_call
                 # host reads (which wait for the device) only at log / checkpoint points: the NaN guard skips
                 # bad updates inside the graph, so reading its counter there loses nothing
-                read_now = step == start_step + 1 or step % t.log_every == 0 or step == t.max_steps or \
-                    step % t.checkpoint_every == 0
-                if step == start_step + 1 or step % t.log_every == 0 or step == t.max_steps:
+                first = step == start_step + per_call
+                read_now = first or crossed(t.log_every) or step == t.max_steps or crossed(t.checkpoint_every)
+                if first or crossed(t.log_every) or step == t.max_steps:
                     record = {k: float(v) for k, v in out.items()}
                     elapsed = time.perf_counter() - loop_started
-                    record.update(step=step, step_time=time.perf_counter() - step_started,
+                    record.update(step=step, step_time=(time.perf_counter() - step_started) / per_call,
                                   input_wait_share=timer.input_wait_share(elapsed),
                                   mel_frames_per_second=float(frames) / max(elapsed, 1e-9),
                                   traces_after_warmup=self.traces.retraces_after_warmup())
@@ -196,12 +201,12 @@ class Trainer:
                         f"{self.checkpoints.latest or 'none (no checkpoint saved yet)'}. Lower "
                         "training.learning_rate, keep training.gradient_clip_norm > 0, or check the data "
                         "(`myxtts prepare` rejects non-finite audio).")
-                bar.update(1)
-                if self.validation_pipeline is not None and (step % t.validate_every == 0 or step == t.max_steps):
+                bar.update(per_call)
+                if self.validation_pipeline is not None and (crossed(t.validate_every) or step == t.max_steps):
                     validation_loss = self._validate(step, metrics)
-                if self.summary_function is not None and step % t.summary_every == 0:
+                if self.summary_function is not None and crossed(t.summary_every):
                     self._write_summaries(step, metrics)
-                if step % t.checkpoint_every == 0 or step == t.max_steps:
+                if crossed(t.checkpoint_every) or step == t.max_steps:
                     self.checkpoints.save(step)  # the feed holds no batch here: the iterator position is exact
                 if step < t.max_steps:
                     feed.refill()  # the next batch goes to the device while this step runs
@@ -222,6 +227,8 @@ class Trainer:
     def _first_batch(self) -> dict:
         pipeline = self.validation_pipeline or self.train_pipeline
         batch = next(iter(pipeline.dataset(repeat=False)))
+        if pipeline.steps_per_execution > 1:  # a block [K, batch, ...]: its first batch
+            batch = {k: v[0] for k, v in batch.items()}
         return {k: v[:1] for k, v in batch.items()}  # one utterance for the images / audio
 
     def _validate(self, step: int, metrics: MetricsLog) -> float:
@@ -278,8 +285,9 @@ class Trainer:
 
 def _warmup_key(name: str) -> str:
     """Trace-accounting name -> warm-up timing key (steps.warm_up uses the shape description)."""
-    if name.startswith(("train_step[", "validate_step[")):
-        kind, rest = name.split("[", 1)
+    if name.startswith(("train_", "validate_step[")) and "[" in name:
+        kind, rest = name.split("[", 1)  # "train_4_steps[...]" (steps_per_execution) warms up as a train_step
+        kind = "validate_step" if kind == "validate_step" else "train_step"
         return f"{kind}[{rest.split(': ', 1)[-1]}"
     return name
 
