@@ -22,8 +22,8 @@ from typing import Any, Iterable, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
-# the user's own value, read before this process imports myxtts (which sets it to 0 when unset): children get
-# this one, so their myxtts makes the same choice and reports the same source as a fresh process would
+# the user's own value (myxtts leaves the variable alone, myxtts.runtime): children get exactly this one, so they
+# run in the environment a user's fresh process gets and report the same source
 USER_ONEDNN_VALUE = os.environ.get(ONEDNN_VARIABLE)
 RESULT_MARKER = "BENCHMARK_RESULT_JSON "  # a child prints its result on one line after this marker
 
@@ -71,7 +71,7 @@ def machine() -> dict[str, Any]:
 
 
 def tensorflow_environment() -> dict[str, Any]:
-    """TF version, oneDNN state and who set it (myxtts or the user), thread settings. Imports TensorFlow."""
+    """TF version, oneDNN state and who set it (TF's default or the user), thread settings. Imports TensorFlow."""
     import tensorflow as tf
 
     from myxtts.runtime import describe_environment

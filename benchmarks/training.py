@@ -27,7 +27,7 @@ mode after the other, compared different loads and moved ratios by 30-50% betwee
 - warm-up is excluded and reported apart: (c)/(d) trace + run each compiled function once
   (``TrainingSteps.warm_up``); (a)/(b) count their first --naive-warmup steps as warm-up.
 - each child imports myxtts before TensorFlow, as the trainer does, so ``TF_ENABLE_ONEDNN_OPTS`` is what
-  myxtts or the user chose (recorded per mode with ``myxtts.runtime.describe_environment()``).
+  the user chose (or TF's default) (recorded per mode with ``myxtts.runtime.describe_environment()``).
 
 With ``training.gradient_accumulation_steps`` N > 1 a step is a cycle of N micro-batches
 (``TrainingSteps.train_cycle``; the naive modes pass the cycle's real counts the same way).
@@ -158,7 +158,7 @@ class _ModeRunner:
 
 def _child(args) -> None:
     """A mode's process: warm up, report ready, then one round per stdin line ("<steps> <max seconds>")."""
-    import myxtts  # noqa: F401  (before TensorFlow, as the trainer: TF_ENABLE_ONEDNN_OPTS as myxtts / the user set it)
+    import myxtts  # noqa: F401  (before TensorFlow, as the trainer: TF_ENABLE_ONEDNN_OPTS as the user set it, or TF's default)
 
     from common import tensorflow_environment
     from myxtts.config import load_config

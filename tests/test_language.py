@@ -63,3 +63,16 @@ def test_phonemes_use_the_voice_of_each_language(make_config) -> None:
     german = processors.for_language("de").to_symbols("Bahnhof")
     assert english != german and processors.for_language("de").cfg.phoneme_language == "de"
     assert processors.for_language("de").encode("Bahnhof")[1:-1]  # every symbol is in the shared vocabulary
+
+
+@pytest.mark.parametrize("language, heard", [("en", "it costs five euros."), ("de", "it costs euros.")])
+def test_synthesis_reads_text_like_prepare_did_for_the_run_language(make_config, language, heard) -> None:
+    """A run prepared with data.language: de cleaned its transcripts with the basic cleaner; synthesis must too."""
+    from myxtts.data.language import run_text_processor
+    from myxtts.text import Vocabulary
+
+    cfg = make_config(data={"language": language})
+    processor = run_text_processor(cfg, Vocabulary.for_config(cfg.text))
+    assert processor.decode(processor.encode("It costs 5 euros.")) == heard
+    assert processor.normalize("It costs 5 euros.") == TextProcessors(cfg).for_language(language).normalize(
+        "It costs 5 euros.")

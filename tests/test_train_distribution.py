@@ -23,7 +23,11 @@ sys.path.insert(0, sys.argv[2])
 if sys.argv[4].startswith("trainer"):  # a fresh process: two strategies would share collective keys
     from myxtts.config import load_config
     from myxtts.training import run
-    cfg = load_config(sys.argv[1], ["training.distribution=mirrored"])
+    overrides = ["training.distribution=mirrored"]
+    if sys.argv[4] == "trainer_mixed_xla_blocks":  # the GPU-node combination, on 2 logical CPUs
+        overrides += ["training.mixed_precision=bfloat16", "training.enable_xla_compilation=true",
+                      "training.steps_per_execution=2"]
+    cfg = load_config(sys.argv[1], overrides)
     summary = run(cfg, sys.argv[3], progress=False)
     assert summary["steps"] == cfg.training.max_steps and summary["retraces_after_warmup"] == 0, summary
     assert summary["replicas"] == 2, summary
@@ -71,7 +75,7 @@ import sys
 from myxtts.config import load_config
 from myxtts.training import run
 summary = run(load_config(sys.argv[1], ["training.distribution=multi_worker"]), sys.argv[2], progress=False)
-assert summary["retraces_after_warmup"] == 0
+assert summary["retraces_after_warmup"] == 0 and summary["batch_shapes"] == 2, summary
 print("WORKER_OK", summary["steps"], summary["loss_last"])
 """
 
@@ -79,25 +83,28 @@ print("WORKER_OK", summary["steps"], summary["loss_last"])
 def _config(prepared, tmp_path, buckets=False):
     # fixed padding: one signature, batch 4, divisible by 2 replicas; buckets: the mini plan's frame budget, whose
     # single-device batch sizes (7, 5, 3, 2) do not divide by 2: per-replica sizes from budget / 2 do
-    data = {"num_buckets": 4, "batch_frames": 2400, "batch_size": 8} if buckets else \
+    # (2 buckets: the point is budget-sized, unequal-length buckets on replicas, not how many; each costs a warm-up)
+    data = {"num_buckets": 2, "batch_frames": 2400, "batch_size": 8} if buckets else \
         {"pad_to_fixed_length": True, "batch_size": 4, "max_mel_frames": 880}
     cfg = trainer_config(prepared, data=data, model={"dropout": 0.0},
-                         training={"max_steps": 6 if buckets else 2, "validate_every": 100, "summary_every": 0,
+                         training={"max_steps": 4 if buckets else 2, "validate_every": 100, "summary_every": 0,
                                    "checkpoint_every": 2, "log_every": 1})
     return write_config(cfg, tmp_path / "dist.yaml")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["update_equals_single_device", "trainer", "trainer_buckets"])
+@pytest.mark.parametrize("mode", ["update_equals_single_device", "trainer_buckets", "trainer_mixed_xla_blocks"])
 def test_mirrored_two_logical_devices(prepared_cache, tmp_path, mode):
     script = tmp_path / "mirrored.py"
     script.write_text(MIRRORED)
     tests_dir = os.path.dirname(__file__)
-    config = _config(prepared_cache, tmp_path, buckets=mode == "trainer_buckets")
+    config = _config(prepared_cache, tmp_path, buckets=mode == "trainer_buckets")  # mixed/XLA: one fixed shape
     result = subprocess.run([sys.executable, str(script), str(config), tests_dir,
                              str(tmp_path / "run"), mode], capture_output=True, text=True, timeout=400,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert "MIRRORED_OK" in result.stdout, (result.stdout + result.stderr)[-4000:]
+    if mode == "trainer_buckets":
+        assert "MIRRORED_OK 2" in result.stdout  # both bucket shapes, each split over the 2 replicas
 
 
 def _free_ports(count: int) -> list[int]:
@@ -119,7 +126,7 @@ def test_multi_worker_two_local_processes(prepared_cache, tmp_path):
         ports = _free_ports(2)
     except OSError as err:
         pytest.skip(f"cannot bind localhost ports for the workers: {err}")
-    config = _config(prepared_cache, tmp_path)
+    config = _config(prepared_cache, tmp_path, buckets=True)  # budget-sized buckets of real, unequal lengths
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     cluster = {"worker": [f"localhost:{port}" for port in ports]}
@@ -139,7 +146,7 @@ def test_multi_worker_two_local_processes(prepared_cache, tmp_path):
                 process.kill()
                 process.communicate()
     for output in outputs:
-        assert "WORKER_OK 2" in output, output[-4000:]
+        assert "WORKER_OK 4" in output, output[-4000:]
     losses = {line.split()[-1] for output in outputs for line in output.splitlines() if line.startswith("WORKER_OK")}
     assert len(losses) == 1  # both workers took the same synchronous steps
     assert (tmp_path / "run" / "checkpoints").is_dir()

@@ -56,3 +56,14 @@ class TextProcessors:
             text_cfg = text_config_for(self.cfg, language)
             self._by_language[language] = self.default if text_cfg == self.cfg.text else TextProcessor(text_cfg)
         return self._by_language[language]
+
+
+def run_text_processor(cfg: Any, vocabulary: Any) -> Any:
+    """The TextProcessor synthesis uses for a run: ``vocabulary`` checked against ``text.*``, and the cleaner /
+    espeak-ng voice of ``data.language``, as ``prepare`` used for that language's transcripts (a German run
+    must not hear "5" spelled out in English at synthesis when it never was in training)."""
+    from myxtts.text import TextProcessor
+
+    checked = TextProcessor(cfg.text, vocabulary)  # raises when the vocabulary is not the run's
+    language_cfg = text_config_for(cfg, cfg.data.language)
+    return checked if language_cfg == cfg.text else TextProcessor(language_cfg)

@@ -13,11 +13,12 @@ import tensorflow as tf
 
 from myxtts.audio import MelFrontend, load_audio
 from myxtts.config import Config
+from myxtts.data.language import run_text_processor
 from myxtts.model import XTTSModel
 from myxtts.synthesis.decoding import CompiledDecoder
 from myxtts.synthesis.lengths import LengthPolicy
 from myxtts.synthesis.loading import load_model_from_checkpoint, load_model_from_run
-from myxtts.text import PAD_ID, TextProcessor, Vocabulary
+from myxtts.text import PAD_ID, Vocabulary
 from myxtts.vocoder import GriffinLim, Vocoder
 
 Reference = "str | os.PathLike | np.ndarray"
@@ -62,7 +63,7 @@ class Synthesizer:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
         self.cfg, self.model, self.vocabulary = cfg, model, vocabulary
-        self.text_processor = TextProcessor(cfg.text, vocabulary)
+        self.text_processor = run_text_processor(cfg, vocabulary)  # data.language's cleaner / voice, as prepare
         self.frontend = MelFrontend(cfg.audio)
         self.vocoder = vocoder if vocoder is not None else GriffinLim(cfg.audio)
         self.lengths = length_policy if length_policy is not None else LengthPolicy.from_config(cfg)
