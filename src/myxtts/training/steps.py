@@ -113,6 +113,11 @@ class TrainingSteps:
             # the cycle's losses so far (each micro-batch adds its share of the global batch's loss)
             self.loss_accumulators = {key: tf.Variable(0.0, trainable=False, name=f"loss_accumulator_{key}")
                                       for key in LOSS_KEYS} if self.accumulation > 1 else {}
+        # XLA with several replicas: jit_compile on the whole step would place every replica's variables in one
+        # XLA cluster ("tf.Variable on a different device"), so each replica's forward + backward is compiled
+        # instead (as Keras does) and the all-reduce and the update stay outside XLA
+        self._compiled_local_gradients = tf.function(self._local_gradients, jit_compile=True) \
+            if t.enable_xla_compilation and self.replicas > 1 and t.enable_graph_mode else None
         self.train_functions: dict[ShapeKey, Callable] = {}
         self.validate_functions: dict[ShapeKey, Callable] = {}
         self.warmup_seconds: dict[str, float] = {}  # "<kind>_step[<shape>]" -> trace + warm-up runs, seconds
@@ -143,10 +148,10 @@ class TrainingSteps:
     def _normalizers(self, batch: dict) -> dict[str, tf.Tensor]:
         return loss_normalizers(batch, self.cfg.model.reduction_factor, int(batch["mel"].shape[-1]))
 
-    def _replica_gradients(self, batch: dict, normalizers: dict) -> dict:
-        local = replica_slice(batch, self.replicas)
+    def _local_gradients(self, local: dict, normalizers: dict, seed: tf.Tensor) -> tuple[dict, list[tf.Tensor]]:
+        """Forward + backward on this replica's rows: (losses, float32 gradients), before any all-reduce."""
         with tf.GradientTape() as tape:
-            outputs = self.model(local, training=True, seed=self._dropout_seed())
+            outputs = self.model(local, training=True, seed=seed)
             # this replica's sums / the global batch's counts: summed over replicas and micro-batches
             losses = compute_losses(local, outputs, self.cfg, normalizers)
             loss = losses["total"]
@@ -156,6 +161,12 @@ class TrainingSteps:
         if self.float16:
             scale = tf.cast(self.optimizer.dynamic_scale, tf.float32)
             grads = [tf.cast(g, tf.float32) / scale for g in grads]
+        return losses, grads
+
+    def _replica_gradients(self, batch: dict, normalizers: dict) -> dict:
+        local = replica_slice(batch, self.replicas)
+        compute = self._compiled_local_gradients or self._local_gradients
+        losses, grads = compute(local, normalizers, self._dropout_seed())
         if self.replicas > 1:
             grads = tf.distribute.get_replica_context().all_reduce(SUM, grads)
         report = dict(losses)  # shares of the global loss: the SUM over replicas is the global batch's loss
@@ -281,7 +292,7 @@ class TrainingSteps:
                 self.train_functions[key] = train_body
                 self.validate_functions[key] = self._validate_graph
                 continue
-            options = dict(jit_compile=t.enable_xla_compilation, reduce_retracing=False)
+            options = dict(jit_compile=t.enable_xla_compilation and self.replicas == 1, reduce_retracing=False)
             # with accumulation the global batch's counts come in as a second (scalar) argument
             train_signature = [spec] if self.accumulation == 1 else [spec, NORMALIZER_SIGNATURE]
             name = f"train_{self.steps_per_execution}_steps" if blocks else "train_step"
