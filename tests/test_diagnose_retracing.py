@@ -102,7 +102,7 @@ def test_step_retracing_after_warmup_names_function_path_and_cause(prepared_cach
         for index, spec in enumerate(signatures):
             key = shape_key(spec)
             if isinstance(getattr(self, "signatures", None), dict):  # warm-up runs each step on a batch of its spec
-                self.signatures[key] = spec
+                self.signatures[key] = self.train_signatures[key] = spec
             label = f"bucket {index}: {describe_key(key)}"
             function = tf.function(lambda batch, step: self._train_graph(batch))
             self.train_functions[key] = PythonStepArgument(self, wrap(function, f"train_step[{label}]"), spec)
