@@ -10,7 +10,8 @@ trainer, so the data path's memory is seen separately from the model's compiled 
     python benchmarks/scale.py --work /tmp/myxtts-scale --steps 50 [--sizes 1 2] [--json out.json]
 
 The corpus is rendered with ``myxtts.data.espeak_corpus`` (4 voices, list layout) from
-``../shared/data/ljspeech-mini/transcripts_all.csv``; sentences of 10-180 characters (13,082 of 13,100).
+``../shared/data/ljspeech-mini/transcripts_all.csv``; the sentences of 10-150 characters (``select_sentences``'s
+default: longer ones would run past ``data.max_mel_frames`` in the slowest voice): 12,418 of 13,100, 19.2 h.
 """
 
 from __future__ import annotations

@@ -130,7 +130,10 @@ class StepTimer:
     start. `input_wait_share(elapsed)` keeps only the excess per call that the noise cannot explain:
     mean wait - median in-memory cost (the median: one descheduled sample must not set the cost) - 2
     standard errors of the mean wait (a few calls descheduled on a busy machine are not a starved
-    device), times the calls: the same correction as `diagnose pipeline` (myxtts.diagnostics.pipeline_timing).
+    device), times the calls. It is the principle of `diagnose pipeline`'s correction (subtract what next()
+    costs on an in-memory iterator, keep only what the noise cannot explain), made cheap enough for every
+    step: `diagnose` pairs each real call with a baseline call and pools per-run excesses, the trainer
+    samples the baseline every `sample_every` calls and compares the mean wait with its median.
     The first call (iterator start-up) is left out of the corrected wait; `input_wait` keeps it.
     """
 
@@ -209,6 +212,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"  loss: {summary['loss_first']:.4f} -> {summary['loss_last']:.4f}")
     lines.append(f"  mel frames/s (real): {summary['mel_frames_per_second']:.0f}; steps/s: "
                  f"{summary['steps_per_second']:.2f}; input wait: {100 * summary['input_wait_share']:.1f}% of step time")
+    if summary.get("input_wait_note"):  # the raw share, and why it could not be corrected
+        lines.append(f"    ({summary['input_wait_note']}; raw share {100 * summary['input_wait_share_raw']:.1f}%)")
     if summary.get("validation_loss") is not None:
         lines.append(f"  validation loss: {summary['validation_loss']:.4f}")
     lines.append(f"  run dir: {summary['run_dir']}")

@@ -277,7 +277,8 @@ class Trainer:
             "loss_first": first_loss, "loss_last": last_loss, "validation_loss": validation_loss,
             "mel_frames_per_second": frames / max(elapsed, 1e-9), "steps_per_second": done / max(elapsed, 1e-9),
             "input_wait_share": timer.input_wait_share(elapsed),
-            "input_wait_share_raw": timer.raw_input_wait_share(elapsed), "seconds": elapsed,
+            "input_wait_share_raw": timer.raw_input_wait_share(elapsed), "input_wait_note": timer.correction_note,
+            "seconds": elapsed,
             "resumed_from": self.restored_from, "run_dir": str(self.workdir),
             "checkpoint": self.checkpoints.latest,
         }
