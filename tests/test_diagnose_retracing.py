@@ -92,8 +92,8 @@ def test_step_retracing_after_warmup_names_function_path_and_cause(prepared_cach
         def __init__(self, steps, function, spec):
             self.steps, self.function, self.spec = steps, function, spec
 
-        def get_concrete_function(self):  # a tracing-only warm-up traces it with step 0
-            return self.function.get_concrete_function(self.spec, 0)
+        def get_concrete_function(self, batch=None):  # warm-up traces it with step 0
+            return self.function.get_concrete_function(self.spec if batch is None else batch, 0)
 
         def __call__(self, batch):  # 0 at warm-up and at the first step (warm-up restores it), 1 at the next
             return self.function(batch, int(self.steps.micro_step.numpy()))

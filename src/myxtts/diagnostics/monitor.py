@@ -287,7 +287,9 @@ class WatchedFunction:
         return self._monitor.call(self._function, args, kwargs, self._name)
 
     def get_concrete_function(self, *args: Any, **kwargs: Any) -> Any:
-        return self._function.get_concrete_function(*args, **kwargs)
+        """Traces like a call does (when the arguments are new), so the monitor sees and explains it too."""
+        return self._monitor.call(self._function, args, kwargs, self._name,
+                                  invoke=self._function.get_concrete_function)
 
     def experimental_get_tracing_count(self) -> int:
         return self._function.experimental_get_tracing_count()

@@ -25,6 +25,7 @@ is given in a replica context; ours are already reduced, so each replica hands i
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import keras
@@ -306,8 +307,9 @@ class TrainingSteps:
 
         Tracing alone leaves TF's graph optimisation (grappler, kernel creation) to the first real call of
         each shape, a few seconds each: that is what made early steps of every bucket slow. So each
-        function is *called* (through its monitor wrapper, which therefore sees and counts the trace) on a
-        dummy batch of its own signature, and every variable a step can change (model, optimizer incl.
+        function is traced (``get_concrete_function`` on a dummy batch of its own signature, through its
+        monitor wrapper, which therefore sees and counts the trace) and then *called* on that batch, the
+        calls running in a thread while the next function traces (``_overlapped_warm_up``); every variable a step can change (model, optimizer incl.
         iterations and loss scale, counters, accumulators) is restored bit for bit afterwards: warm-up
         leaves no trace in training (also with ``runs`` > 1: restored after every run). Under
         ``tf.config.run_functions_eagerly`` a call would not trace, only run eagerly, so there it only
@@ -319,31 +321,58 @@ class TrainingSteps:
             return {}
         execute = execute and runs > 0 and not tf.config.functions_run_eagerly()
         snapshot = self.snapshot_state() if execute else None
+        jobs = []  # (name, kind, function, arguments)
+        for kind, functions in (("train", self.train_functions), ("validate", self.validate_functions)):
+            for key, function in functions.items():
+                batch = warmup_batch((self.train_signatures if kind == "train" else self.signatures)[key])
+                arguments = [batch] if kind == "validate" or self.accumulation == 1 else \
+                    [batch, self._normalizers(batch)]
+                jobs.append((f"{kind}_step[{describe_key(key)}]", kind, function, arguments))
         try:
-            for kind, functions in (("train", self.train_functions), ("validate", self.validate_functions)):
-                for key, function in functions.items():
-                    name = f"{kind}_step[{describe_key(key)}]"
-                    timings = []
-                    if not execute:
-                        started = time.perf_counter()
-                        function.get_concrete_function()
-                        timings.append(time.perf_counter() - started)
-                    for _ in range(runs if execute else 0):
-                        batch = warmup_batch((self.train_signatures if kind == "train" else self.signatures)[key])
-                        arguments = [batch] if kind == "validate" or self.accumulation == 1 else \
-                            [batch, self._normalizers(batch)]
-                        started = time.perf_counter()
-                        outputs = function(*arguments)  # the first call traces, then runs (graph optimisation)
-                        tf.nest.map_structure(lambda tensor: tensor.numpy(), outputs)  # wait for it
-                        timings.append(time.perf_counter() - started)
-                        if kind == "train":
-                            self.restore_state(snapshot)
-                    self.warmup_runs_seconds[name] = timings
-                    self.warmup_seconds[name] = sum(timings)
+            if not execute:
+                for name, _, function, _ in jobs:
+                    started = time.perf_counter()
+                    function.get_concrete_function()
+                    self.warmup_runs_seconds[name] = [time.perf_counter() - started]
+            else:
+                self._overlapped_warm_up(jobs, runs, snapshot)
+            for name, timings in self.warmup_runs_seconds.items():
+                self.warmup_seconds[name] = sum(timings)
         finally:
             if snapshot is not None:
                 self.restore_state(snapshot)
         return dict(self.warmup_seconds)
+
+    def _overlapped_warm_up(self, jobs: list, runs: int, snapshot: list) -> None:
+        """Trace each function here while a runner thread makes the previous one's first calls.
+
+        A function's warm-up is Python tracing (holds the GIL: ~5 s per train function of the tiny model
+        on 2 cores) then its first call (TensorFlow's graph optimisation and kernel creation in C++, which
+        releases the GIL: ~6 s). Done one after the other that is ~11 s per bucket; overlapped, tracing
+        function i+1 runs while function i is optimised (12 LJSpeech-size buckets: see docs/training.md,
+        "Warm-up"). The calls stay in one thread, in the same order as the traces, so collectives of a
+        multi-worker run line up, and each train call is followed by the state restore as before."""
+        def first_calls(kind: str, function: Callable, arguments: list) -> list[float]:
+            timings = []
+            for _ in range(runs):
+                started = time.perf_counter()
+                outputs = function(*arguments)  # traced already: graph optimisation + a run
+                tf.nest.map_structure(lambda tensor: tensor.numpy(), outputs)  # wait for it
+                timings.append(time.perf_counter() - started)
+                if kind == "train":
+                    self.restore_state(snapshot)
+            return timings
+
+        pending = []
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="myxtts-warm-up") as runner:
+            for name, kind, function, arguments in jobs:
+                started = time.perf_counter()
+                function.get_concrete_function(*arguments)  # the trace (through the monitor's wrapper)
+                pending.append((name, time.perf_counter() - started, runner.submit(first_calls, kind, function,
+                                                                                   arguments)))
+            for name, trace_seconds, future in pending:
+                calls = future.result()  # re-raises a failed call here
+                self.warmup_runs_seconds[name] = [trace_seconds + calls[0], *calls[1:]]
 
     # ---- state snapshot (warm-up runs real steps, then puts everything back) ------------------------
     def state_variables(self) -> list:
