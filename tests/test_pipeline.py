@@ -337,3 +337,17 @@ def test_steps_per_execution_stacks_k_batches_of_one_bucket(prepared_cache, cach
     assert len(buckets_seen) >= 2 and len(lengths) > 4
     validation = InputPipeline(prepared_cache, split="validation", cache=cache)
     assert validation.steps_per_execution == 1 and validation.signatures() == plain.signatures()
+
+
+def test_a_small_shuffle_buffer_draws_from_a_seeded_permutation_of_the_corpus(prepared_cache, cache) -> None:
+    """The train rows enter the shuffle buffer in a seeded random order, not in cache (speaker folder) order, so a
+    buffer smaller than the corpus still mixes all of it: the same order for the same seed, another for another."""
+    pipeline = InputPipeline(with_data(prepared_cache, shuffle_buffer_size=2), cache=cache)
+    order = pipeline._rows(True)  # [train rows], what the source dataset yields
+    assert sorted(order.tolist()) == sorted(pipeline.rows.tolist())
+    assert not np.array_equal(order, np.sort(order))
+    middle = np.median(order)
+    assert (order[:8] < middle).any() and (order[:8] > middle).any()  # the first rows span the corpus
+    again = InputPipeline(with_data(prepared_cache, shuffle_buffer_size=2), cache=cache)._rows(True)
+    other = InputPipeline(with_data(prepared_cache, seed=7), cache=cache)._rows(True)
+    assert np.array_equal(order, again) and not np.array_equal(order, other)

@@ -48,7 +48,8 @@ class DataConfig:
     bucket_multiple: int = 8  # bucket boundaries are multiples of this (>= reduction factor)
     min_batch_size: int = 1  # buckets: a bucket never gets fewer items per batch than this
     reference_frames: int = 128  # fixed length of the voice-conditioning reference mel
-    shuffle_buffer_size: int = 65536  # row indices (4 bytes each); >= utterances: a full uniform shuffle
+    shuffle_buffer_size: int = 65536  # row indices (4 bytes each); >= utterances: a full uniform shuffle, else a
+    # sliding window over a seeded permutation of the split (every window spans all speakers)
     seed: int = 1234
     # loading
     use_tf_native_loading: bool = False  # True: decode + mel with TF ops in the pipeline (no cache)

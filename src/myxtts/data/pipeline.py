@@ -10,8 +10,9 @@ Two sources, same batch-dict contract (docs/architecture.md):
   one window per bucket, prefetch) plus 4 bytes per utterance in the shuffle buffer.
   Shuffle quality: the buffer holds row indices, not features, so ``data.shuffle_buffer_size`` >=
   the number of training utterances (default 65536: LJSpeech is 13,100) is an exact uniform
-  permutation each epoch; a smaller buffer mixes within a window of that many rows of the cache
-  order (corpus order). A checkpointed iterator stores the position and that buffer of ints (small
+  permutation each epoch; a smaller buffer mixes within a sliding window of that many rows of a
+  seeded permutation of the split (fixed for the run), so every window is a uniform sample of the
+  corpus (all speakers), and epochs differ only inside windows. A checkpointed iterator stores the position and that buffer of ints (small
   and exact; resume continues the same permutation).
 - **on the fly** (``data.use_tf_native_loading: true``): ``tf_load_wav`` + ``MelFrontend`` inside the
   parse map (TF ops only). It uses the prepared manifest for the accepted ids, splits and speaker
@@ -289,7 +290,11 @@ class InputPipeline:
     # ---- the dataset ---------------------------------------------------------------------------
     def _rows(self, repeat: bool) -> np.ndarray:
         """Rows of the split; validation without repeat: each bucket topped up to whole batches."""
-        if repeat or self.split == "train":
+        if self.split == "train":
+            # a seeded permutation first: a shuffle buffer smaller than the split then draws from a uniform sample
+            # of the corpus, not from a window of the cache order (VCTK / LibriTTS come speaker folder by folder)
+            return np.random.default_rng(self.cfg.data.seed).permutation(self.rows)
+        if repeat:
             return self.rows
         rows = []
         for index, bucket in enumerate(self.plan.buckets):
