@@ -3,7 +3,7 @@ MCD-DTW on those clips (teacher-forced by >= 30%, free-running by >= 20%).
 
 Alignment (teacher-forced, the aligning layer): all of its attention is on real text positions (>= 90% is
 required; the old shared text + speaker-latent softmax put 0% there once trained), and it becomes diagonal
-and focused: measured 0.03 -> 0.74 focus rate, 0.19 -> 0.96 diagonality after 400 steps (2 shared cores).
+and focused: measured 0.03 -> 0.74 focus rate, 0.19 -> 0.96 diagonality after training (2 shared cores).
 
 Both are asserted: TEACHER-FORCED synthesis (decoder fed the true previous frames, postnet output,
 Griffin-Lim, MCD-DTW against the real audio) and FREE-RUNNING synthesis (the compiled decoder with
