@@ -158,7 +158,8 @@ class _ModeRunner:
 
 def _child(args) -> None:
     """A mode's process: warm up, report ready, then one round per stdin line ("<steps> <max seconds>")."""
-    import myxtts  # noqa: F401  (before TensorFlow, as the trainer: TF_ENABLE_ONEDNN_OPTS as the user set it, or TF's default)
+    # before TensorFlow, as the trainer: TF_ENABLE_ONEDNN_OPTS as the user set it, or TF's default
+    import myxtts  # noqa: F401
 
     from common import tensorflow_environment
     from myxtts.config import load_config

@@ -135,3 +135,11 @@ def test_trainer_with_steps_per_execution_runs_blocks_without_retracing(prepared
     assert all(np.isfinite(r["total"]) for r in records)
     checkpoints = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("ckpt-*.index"))
     assert checkpoints == ["ckpt-10.index", "ckpt-12.index", "ckpt-6.index"]
+
+
+def test_resuming_with_a_misaligned_steps_per_execution_is_a_clear_error():
+    from myxtts.training.trainer import check_block_alignment
+    check_block_alignment(0, 12, 2)
+    check_block_alignment(250, 1000, 2)
+    with pytest.raises(ValueError, match=r"Resuming at step 250: training.max_steps \(1000\)"):
+        check_block_alignment(250, 1000, 4)  # 250 + 4 x 188 = 1002: past max_steps

@@ -12,8 +12,8 @@ Two sources, same batch-dict contract (docs/architecture.md):
   the number of training utterances (default 65536: LJSpeech is 13,100) is an exact uniform
   permutation each epoch; a smaller buffer mixes within a sliding window of that many rows of a
   seeded permutation of the split (fixed for the run), so every window is a uniform sample of the
-  corpus (all speakers), and epochs differ only inside windows. A checkpointed iterator stores the position and that buffer of ints (small
-  and exact; resume continues the same permutation).
+  corpus (all speakers), and epochs differ only inside windows. A checkpointed iterator stores the
+  position and that buffer of ints (small and exact; resume continues the same permutation).
 - **on the fly** (``data.use_tf_native_loading: true``): ``tf_load_wav`` + ``MelFrontend`` inside the
   parse map (TF ops only). It uses the prepared manifest for the accepted ids, splits and speaker
   table, and ``vocab.json``; tokens are encoded ahead in Python once at construction (text is

@@ -309,9 +309,9 @@ class TrainingSteps:
         each shape, a few seconds each: that is what made early steps of every bucket slow. So each
         function is traced (``get_concrete_function`` on a dummy batch of its own signature, through its
         monitor wrapper, which therefore sees and counts the trace) and then *called* on that batch, the
-        calls running in a thread while the next function traces (``_overlapped_warm_up``); every variable a step can change (model, optimizer incl.
-        iterations and loss scale, counters, accumulators) is restored bit for bit afterwards: warm-up
-        leaves no trace in training (also with ``runs`` > 1: restored after every run). Under
+        calls running in a thread while the next function traces (``_overlapped_warm_up``); every variable
+        a step can change (model, optimizer incl. iterations and loss scale, counters, accumulators) is
+        restored bit for bit afterwards: warm-up leaves no trace in training (also with ``runs`` > 1: restored after every run). Under
         ``tf.config.run_functions_eagerly`` a call would not trace, only run eagerly, so there it only
         traces (``get_concrete_function``), as with ``execute=False``.
         ``warmup_runs_seconds`` keeps each function's [trace + first run, later runs...] seconds (a

@@ -86,7 +86,8 @@ class Trainer:
         replicas = self.strategy.num_replicas_in_sync  # bucket batches: replicas x a per-replica frame budget
         self.train_pipeline = InputPipeline(self.cfg, "train", replicas=replicas)
         self.signatures = self.train_pipeline.signatures()
-        check_divisible(self.train_pipeline.batch_signatures(), replicas)  # only fixed padding can still fail (data.batch_size)
+        # only fixed padding can still fail (data.batch_size)
+        check_divisible(self.train_pipeline.batch_signatures(), replicas)
         self.validation_pipeline = InputPipeline(self.cfg, "validation", replicas=replicas) \
             if self.cfg.data.validation_size else None
         vocab_path = self.cfg.cache_dir / VOCAB_FILE
@@ -157,6 +158,7 @@ class Trainer:
             device = default_device(self.cfg.data.prefetch_to_gpu) if t.distribution == "none" else None
         feed = DeviceFeed(self.iterator, device, fetch=timer.next_batch)
         start_step = int(self.steps.micro_step.numpy()) // t.gradient_accumulation_steps
+        check_block_alignment(start_step, t.max_steps, t.steps_per_execution)
         step, first_loss, last_loss, loop_started = start_step, None, None, time.perf_counter()
         frames = tf.constant(0.0)  # real mel frames trained on: summed on the device, read at log points only
         bar = _progress_bar(t.max_steps, start_step, self.progress and self.chief)
@@ -282,6 +284,16 @@ class Trainer:
             "resumed_from": self.restored_from, "run_dir": str(self.workdir),
             "checkpoint": self.checkpoints.latest,
         }
+
+
+def check_block_alignment(start_step: int, max_steps: int, steps_per_execution: int) -> None:
+    """Every compiled call runs ``steps_per_execution`` steps: a run resumed at a step that does not leave a whole
+    number of calls before ``training.max_steps`` would overshoot it (and miss its final checkpoint)."""
+    if (max_steps - start_step) % steps_per_execution:
+        raise ValueError(f"Resuming at step {start_step}: training.max_steps ({max_steps}) - {start_step} is not a "
+                         f"multiple of training.steps_per_execution ({steps_per_execution}), so the run would end "
+                         "past max_steps. Set max_steps to a step that is, or resume with the steps_per_execution "
+                         "the run was saved with.")
 
 
 def _warmup_key(name: str) -> str:
