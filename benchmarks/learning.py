@@ -135,9 +135,11 @@ def measure(synthesizer, entries, pool, batch_size: int) -> dict:
                       "attention_diagonality": attention_diagonality(result.alignment),
                       "mcd_dtw_db": mel_cepstral_distortion(real, result.waveform, rate),
                       "length_error": abs(result.frames - real_frames) / real_frames,
-                      "stopped_by_token": result.stopped_by_token})
+                      "stopped_by_token": result.stopped_by_token,
+                      "stopped_by_alignment": result.ended_by == "alignment"})
     means = {key: float(np.mean([item[key] for item in items]))
-             for key in ("focus_rate", "attention_diagonality", "mcd_dtw_db", "length_error", "stopped_by_token")}
+             for key in ("focus_rate", "attention_diagonality", "mcd_dtw_db", "length_error", "stopped_by_token",
+                         "stopped_by_alignment")}
     return {"cer": heard["cer"], **means, "items": items}
 
 

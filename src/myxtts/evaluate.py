@@ -36,7 +36,7 @@ from myxtts.text import PAD_ID
 MEL_BUCKET_MULTIPLE = 64  # teacher-forced frames are padded to multiples of this (few compiled shapes)
 SUMMARY_KEYS = ("mcd_dtw_db", "teacher_forced_mel_l1", "stop_accuracy", "attention_diagonality", "focus_rate",
                 "teacher_forced_attention_diagonality", "teacher_forced_focus_rate", "real_time_factor",
-                "length_ratio", "stopped_by_token")
+                "length_ratio", "stopped_by_token", "stopped_by_alignment")
 
 
 def machine_description() -> dict[str, Any]:
@@ -152,6 +152,7 @@ def evaluate(synthesizer: Synthesizer, entries: list[CorpusEntry], pool: list[Co
         item = {"id": entry.id, "reference_id": reference.id, "tokens": int(len(tokens)),
                 "real_frames": int(real_mel.shape[0]), "synthesized_frames": result.frames,
                 "length_ratio": result.frames / real_mel.shape[0], "stopped_by_token": result.stopped_by_token,
+                "stopped_by_alignment": result.ended_by == "alignment", "ended_by": result.ended_by,
                 "mcd_dtw_db": mel_cepstral_distortion(real_wave, result.waveform, rate),
                 "attention_diagonality": attention_diagonality(result.alignment),
                 "focus_rate": focus_rate(result.alignment),
@@ -192,10 +193,11 @@ def format_report(report: dict[str, Any]) -> str:
     columns = [("id", "id", "{}"), ("MCD dB", "mcd_dtw_db", "{:.2f}"), ("TF L1", "teacher_forced_mel_l1", "{:.3f}"),
                ("stop acc", "stop_accuracy", "{:.3f}"), ("diag", "attention_diagonality", "{:.3f}"),
                ("focus", "focus_rate", "{:.3f}"), ("RTF", "real_time_factor", "{:.3f}"),
-               ("len ratio", "length_ratio", "{:.2f}"), ("stop tok", "stopped_by_token", "{}")]
+               ("len ratio", "length_ratio", "{:.2f}"), ("stop tok", "stopped_by_token", "{}"),
+               ("align stop", "stopped_by_alignment", "{}")]
     rows = [[fmt.format(item[key]) for _, key, fmt in columns] for item in report["items"]]
     summary = report["summary"]
-    rows.append(["mean"] + [fmt.format(summary[key]) if key != "stopped_by_token" else f"{summary[key]:.0%}"
+    rows.append(["mean"] + [fmt.format(summary[key]) if not key.startswith("stopped_by") else f"{summary[key]:.0%}"
                             for _, key, fmt in columns[1:]])
     widths = [max(len(header), *(len(row[i]) for row in rows)) for i, (header, _, _) in enumerate(columns)]
     lines = [f"evaluation of {report['checkpoint']} on {report['clips']} clips ({report['data']})",

@@ -11,19 +11,19 @@ from myxtts.cli.common import clean_errors
 
 
 def _synthesizer(run_dir: str | None, checkpoint: str | None, config_path: str | None, batch_size: int,
-                 monotonic_attention: bool = False):
+                 monotonic_attention: bool = False, alignment_stop: bool = True):
     from myxtts.synthesis import RunError, Synthesizer
 
     if run_dir and checkpoint:
         raise RunError("Give either --run or --checkpoint (with --config), not both.")
     if run_dir:
         return Synthesizer.from_run(run_dir, config=config_path, batch_size=batch_size,
-                                    monotonic_attention=monotonic_attention)
+                                    monotonic_attention=monotonic_attention, alignment_stop=alignment_stop)
     if checkpoint:
         if not config_path:
             raise RunError("--checkpoint needs --config (the run's config.yaml).")
         return Synthesizer.from_checkpoint(checkpoint, config_path, batch_size=batch_size,
-                                           monotonic_attention=monotonic_attention)
+                                           monotonic_attention=monotonic_attention, alignment_stop=alignment_stop)
     raise RunError("Give --run RUN_DIR, or --checkpoint CKPT with --config CFG.")
 
 
@@ -59,9 +59,12 @@ def _read_texts(text: str | None, text_file: str | None) -> list[str]:
 @click.option("--monotonic-attention", is_flag=True,
               help="Keep the aligning attention in a forward-moving window of the text (guards a briefly trained "
                    "model against skipping or repeating words).")
+@click.option("--alignment-stop/--no-alignment-stop", default=True, show_default=True,
+              help="Also end an utterance when the alignment has reached the end of the text (not only on the "
+                   "stop token or the maximum length).")
 @clean_errors(ValueError, OSError)
 def synthesize_command(run_dir, checkpoint, config_path, text, text_file, reference, out_path, out_dir,
-                       batch_size, monotonic_attention) -> None:
+                       batch_size, monotonic_attention, alignment_stop) -> None:
     """Text + a reference voice clip -> 16-bit WAV at the configured sample rate."""
     from myxtts.synthesis import write_results
     from myxtts.vocoder import write_wav
@@ -73,14 +76,15 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
         raise ValueError(f"{len(texts)} texts need --out-dir, not --out.")
     if not Path(reference).is_file():
         raise ValueError(f"Reference clip not found: {reference}")
-    synthesizer = _synthesizer(run_dir, checkpoint, config_path, batch_size, monotonic_attention)
+    synthesizer = _synthesizer(run_dir, checkpoint, config_path, batch_size, monotonic_attention, alignment_stop)
     results = synthesizer.synthesize_detailed(texts, reference)
     rate = synthesizer.sample_rate
     paths = [write_wav(out_path, results[0].waveform, rate)] if out_path else write_results(results, out_dir, rate)
     for path, result in zip(paths, results):
         seconds = len(result.waveform) / rate
         compute = result.decode_seconds + result.vocoder_seconds
-        ending = "stop token" if result.stopped_by_token else f"max length ({result.max_frames} frames)"
+        ending = result.ended_by if result.ended_by != "maximum length" else \
+            f"maximum length ({result.max_frames} frames)"
         click.echo(f"wrote {path} ({seconds:.2f} s, {result.frames} frames, ended by {ending}, "
                    f"RTF {compute / max(seconds, 1e-9):.3f})")
     click.echo(f"compiled decoder graphs: {synthesizer.tracing_count()} "

@@ -15,7 +15,7 @@ from myxtts.audio import MelFrontend, load_audio
 from myxtts.config import Config
 from myxtts.data.language import run_text_processor
 from myxtts.model import XTTSModel
-from myxtts.synthesis.decoding import CompiledDecoder
+from myxtts.synthesis.decoding import ENDED_BY_NAMES, CompiledDecoder
 from myxtts.synthesis.lengths import LengthPolicy
 from myxtts.synthesis.loading import load_model_from_checkpoint, load_model_from_run
 from myxtts.text import PAD_ID, Vocabulary
@@ -33,13 +33,14 @@ class SynthesisResult:
     mel: np.ndarray  # [frames, n_mels] log mel after the postnet (true length)
     alignment: np.ndarray  # [steps, tokens] cross-attention of the alignment layer over the text
     stop_probabilities: np.ndarray  # [steps]
-    stopped_by_token: bool  # False: the maximum length ended it
+    stopped_by_token: bool  # the stop token ended it (see ended_by)
     min_frames: int
     max_frames: int
     waveform: np.ndarray | None = None  # [samples] float32
     decode_seconds: float = 0.0  # share of the batch's compiled decoding time
     vocoder_seconds: float = 0.0
     text_bucket: int = 0
+    ended_by: str = "stop token"  # decoding.ENDED_BY_NAMES: "stop token", "alignment" or "maximum length"
     extra: dict = field(default_factory=dict)
 
     @property
@@ -56,10 +57,11 @@ class Synthesizer:
 
     def __init__(self, cfg: Config, model: XTTSModel, vocabulary: Vocabulary, vocoder: Vocoder | None = None,
                  length_policy: LengthPolicy | None = None, batch_size: int = 1,
-                 monotonic_attention: bool = False) -> None:
+                 monotonic_attention: bool = False, alignment_stop: bool = True) -> None:
         """``monotonic_attention``: restrict the aligning layer to a forward-moving window of the text while
         decoding (decoding.WINDOW_BEHIND / WINDOW_AHEAD): a guard against skipping / repeating for briefly
-        trained models; off by default (the model's own alignment)."""
+        trained models; off by default (the model's own alignment). ``alignment_stop``: also end an utterance
+        when its alignment has reached the end of the text (decoding.update_end_dwell); on by default."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
         self.cfg, self.model, self.vocabulary = cfg, model, vocabulary
@@ -70,7 +72,8 @@ class Synthesizer:
         self.batch_size = batch_size
         self.sample_rate = cfg.audio.sample_rate
         buckets = {bucket: self.lengths.bucket_max_steps(bucket) for bucket in self.lengths.text_buckets()}
-        self.decoder = CompiledDecoder(model, cfg.data.reference_frames, buckets, monotonic=monotonic_attention)
+        self.decoder = CompiledDecoder(model, cfg.data.reference_frames, buckets, monotonic=monotonic_attention,
+                                       alignment_stop=alignment_stop)
         self.last_results: list[SynthesisResult] = []
         self.checkpoint: str | None = None
 
@@ -145,6 +148,7 @@ class Synthesizer:
                     mel=outputs["mel"][slot, :frames], alignment=outputs["alignments"][slot, :steps, :len(tokens)],
                     stop_probabilities=outputs["stop_probabilities"][slot, :steps],
                     stopped_by_token=bool(outputs["stopped_by_token"][slot]),
+                    ended_by=ENDED_BY_NAMES[int(outputs["ended_by"][slot])],
                     min_frames=self.lengths.min_steps(len(tokens)) * self.lengths.reduction_factor,
                     max_frames=self.lengths.max_steps(len(tokens)) * self.lengths.reduction_factor,
                     decode_seconds=seconds / len(chunk), text_bucket=int(outputs["text_bucket"]))
