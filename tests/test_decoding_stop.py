@@ -50,7 +50,7 @@ class ScriptedModel:
     def initial_cache(self, batch, steps):
         return tf.zeros([1, 2, batch, steps, self.dims.d_model])
 
-    def decoder_step(self, prev, step, cache, memory_kv, memory_mask, alignment_mask=None):
+    def decoder_step(self, prev, step, cache, memory_kv, memory_mask, alignment_mask=None, prenet_seed=None):
         batch, text_len = memory_mask.shape
         token_lengths = tf.reduce_sum(tf.cast(memory_mask, tf.int32), axis=1)
         position = tf.minimum(step // self.steps_per_token, token_lengths - 1)  # [B]

@@ -11,19 +11,19 @@ from myxtts.cli.common import clean_errors
 
 
 def _synthesizer(run_dir: str | None, checkpoint: str | None, config_path: str | None, batch_size: int,
-                 monotonic_attention: bool = False, alignment_stop: bool = True):
+                 **decoding):
+    """The Synthesizer of a run or a checkpoint; ``decoding``: monotonic_attention, alignment_stop,
+    prenet_dropout (see ``Synthesizer``)."""
     from myxtts.synthesis import RunError, Synthesizer
 
     if run_dir and checkpoint:
         raise RunError("Give either --run or --checkpoint (with --config), not both.")
     if run_dir:
-        return Synthesizer.from_run(run_dir, config=config_path, batch_size=batch_size,
-                                    monotonic_attention=monotonic_attention, alignment_stop=alignment_stop)
+        return Synthesizer.from_run(run_dir, config=config_path, batch_size=batch_size, **decoding)
     if checkpoint:
         if not config_path:
             raise RunError("--checkpoint needs --config (the run's config.yaml).")
-        return Synthesizer.from_checkpoint(checkpoint, config_path, batch_size=batch_size,
-                                           monotonic_attention=monotonic_attention, alignment_stop=alignment_stop)
+        return Synthesizer.from_checkpoint(checkpoint, config_path, batch_size=batch_size, **decoding)
     raise RunError("Give --run RUN_DIR, or --checkpoint CKPT with --config CFG.")
 
 
@@ -62,9 +62,11 @@ def _read_texts(text: str | None, text_file: str | None) -> list[str]:
 @click.option("--alignment-stop/--no-alignment-stop", default=True, show_default=True,
               help="Also end an utterance when the alignment has reached the end of the text (not only on the "
                    "stop token or the maximum length).")
+@click.option("--prenet-dropout/--no-prenet-dropout", default=True, show_default=True,
+              help="Keep the decoder prenet's dropout on while decoding, as in training (seeded: reproducible).")
 @clean_errors(ValueError, OSError)
 def synthesize_command(run_dir, checkpoint, config_path, text, text_file, reference, out_path, out_dir,
-                       batch_size, monotonic_attention, alignment_stop) -> None:
+                       batch_size, monotonic_attention, alignment_stop, prenet_dropout) -> None:
     """Text + a reference voice clip -> 16-bit WAV at the configured sample rate."""
     from myxtts.synthesis import write_results
     from myxtts.vocoder import write_wav
@@ -76,7 +78,8 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
         raise ValueError(f"{len(texts)} texts need --out-dir, not --out.")
     if not Path(reference).is_file():
         raise ValueError(f"Reference clip not found: {reference}")
-    synthesizer = _synthesizer(run_dir, checkpoint, config_path, batch_size, monotonic_attention, alignment_stop)
+    synthesizer = _synthesizer(run_dir, checkpoint, config_path, batch_size, monotonic_attention=monotonic_attention,
+                               alignment_stop=alignment_stop, prenet_dropout=prenet_dropout)
     results = synthesizer.synthesize_detailed(texts, reference)
     rate = synthesizer.sample_rate
     paths = [write_wav(out_path, results[0].waveform, rate)] if out_path else write_results(results, out_dir, rate)

@@ -92,11 +92,14 @@ class MelDecoder(keras.layers.Layer):
         return [(block.cross_attention.project_key_value(text), block.speaker_attention.project_key_value(speaker))
                 for block in self.blocks]
 
-    def step(self, prev_frames, step_index, kv_cache, memory_kv, memory_mask, alignment_mask=None):
+    def step(self, prev_frames, step_index, kv_cache, memory_kv, memory_mask, alignment_mask=None,
+             prenet_seed=None):
         """One decoder step; see ``XTTSModel.decoder_step`` for the contract. ``alignment_mask`` ``[B, T_text]``
-        (optional) restricts the aligning layer's text attention (monotonic decoding)."""
+        (optional) restricts the aligning layer's text attention (monotonic decoding); ``prenet_seed`` (int
+        ``[2]``, optional) keeps the prenet's dropout on with that seed (the only dropout at inference)."""
         position = tf.gather(self.positions, step_index)[None, None]  # [1, 1, d]
-        x = self._embed_inputs(prev_frames[:, None, :], position, False, None)  # [B, 1, d]
+        # [B, 1, d]; training=True reaches only the prenet (the one dropout kept at inference)
+        x = self._embed_inputs(prev_frames[:, None, :], position, prenet_seed is not None, prenet_seed)
         key_mask = memory_mask[:, None, None, :]
         new_layers, attention = [], None
         for index, block in enumerate(self.blocks):

@@ -85,14 +85,17 @@ class XTTSModel(keras.Model):
         return tf.zeros([self.dims.decoder_layers, 2, batch_size, max_steps, self.dims.d_model],
                         dtype=self.compute_dtype)
 
-    def decoder_step(self, prev_frames, step_index, kv_cache, memory, memory_mask, alignment_mask=None):
-        """One autoregressive step (no dropout).
+    def decoder_step(self, prev_frames, step_index, kv_cache, memory, memory_mask, alignment_mask=None,
+                     prenet_seed=None):
+        """One autoregressive step (no dropout, except the prenet's when ``prenet_seed`` is given).
 
         prev_frames ``[B, r*n_mels]`` (or ``[B, r, n_mels]``): the previous step's frames, zeros at step 0.
         step_index: scalar int32 (0-based). kv_cache: ``[layers, 2, B, max_steps, d]`` from ``initial_cache``.
         memory: either the list from ``memory_key_values`` (fast) or the (text, latents) pair of ``build_memory``.
         memory_mask: ``[B, T_text]`` bool. alignment_mask: optional ``[B, T_text]`` bool, the text positions the
-        aligning layer may attend to at this step (a monotonic window at synthesis).
+        aligning layer may attend to at this step (a monotonic window at synthesis). prenet_seed: optional int
+        ``[2]``: keep the prenet's dropout on with this seed, as in training (Tacotron 2 does this at inference:
+        the decoder then sees its own outputs through the same noisy bottleneck it was trained with).
         Returns (frames ``[B, r, n_mels]`` float32 (before postnet), stop_logit ``[B]`` float32,
         new kv_cache (same shape), attention ``[B, T_text]`` float32: the alignment layer's cross-attention
         over the text, mean over heads).
@@ -101,7 +104,8 @@ class XTTSModel(keras.Model):
         prev_frames = tf.reshape(tf.cast(prev_frames, self.compute_dtype), [-1, r * n_mels])
         memory_kv = self.memory_key_values(memory) if isinstance(memory, tuple) else memory
         frames, stop, cache, attention = self.decoder.step(prev_frames, tf.cast(step_index, tf.int32),
-                                                           kv_cache, memory_kv, memory_mask, alignment_mask)
+                                                           kv_cache, memory_kv, memory_mask, alignment_mask,
+                                                           prenet_seed)
         return tf.reshape(frames, [-1, r, n_mels]), stop, cache, attention
 
     def apply_postnet(self, mel_before, mel_lengths):

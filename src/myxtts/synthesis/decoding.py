@@ -36,6 +36,12 @@ ALIGNMENT_STOP_STEPS = 3
 # what ended each item (the ``ended_by`` output); ENDED_BY_NAMES[code] is its name in results and reports
 NOT_ENDED, ENDED_BY_TOKEN, ENDED_BY_ALIGNMENT, ENDED_BY_MAXIMUM = 0, 1, 2, 3
 ENDED_BY_NAMES = ("not ended", "stop token", "alignment", "maximum length")
+# Prenet dropout at inference (Tacotron 2): the decoder reads its own previous frames through the same
+# dropped-out bottleneck it was trained with, instead of a clean one it never saw. Seeded per step
+# (stateless), so a synthesis is reproducible. Measured on the demo model (1000 steps, 8 training
+# sentences): free-running output varies over time 2.4x more (per-bin std 0.48 -> 1.16; recordings 1.83),
+# lengths nearer the recordings', pocketsphinx CER 0.97 -> 0.90.
+PRENET_SEED = 20261123
 
 
 def update_end_dwell(dwell: tf.Tensor, attention: tf.Tensor, token_lengths: tf.Tensor) -> tf.Tensor:
@@ -64,12 +70,14 @@ class CompiledDecoder:
     """Builds and caches the compiled decoding function of each (batch size, text bucket)."""
 
     def __init__(self, model: XTTSModel, reference_frames: int, bucket_steps: dict[int, int],
-                 monotonic: bool = False, alignment_stop: bool = True) -> None:
+                 monotonic: bool = False, alignment_stop: bool = True, prenet_dropout: bool = True) -> None:
         """``bucket_steps``: text bucket -> decoder steps preallocated in its cache. ``monotonic``: restrict the
         aligning layer to a window that only moves forward (see WINDOW_BEHIND / WINDOW_AHEAD).
         ``alignment_stop``: also end an item when its alignment has reached the end of its text (see
-        ``update_end_dwell``); False: only the stop token or the maximum length end it."""
+        ``update_end_dwell``); False: only the stop token or the maximum length end it. ``prenet_dropout``: keep
+        the prenet's training dropout on while decoding (see PRENET_SEED)."""
         self.model = model
+        self.prenet_dropout = prenet_dropout
         self.monotonic = monotonic
         self.alignment_stop = alignment_stop
         self.reference_frames = reference_frames
@@ -125,8 +133,10 @@ class CompiledDecoder:
             if self.monotonic:  # [B, T_text]: positions focus - BEHIND .. focus + AHEAD
                 window = tf.logical_and(positions >= (focus - WINDOW_BEHIND)[:, None],
                                         positions <= (focus + WINDOW_AHEAD)[:, None])
+            prenet_seed = tf.stack([tf.cast(step, tf.int64), tf.constant(PRENET_SEED, tf.int64)]) \
+                if self.prenet_dropout else None
             frames, stop_logit, cache, attention = model.decoder_step(prev, step, cache, memory_kv, memory_mask,
-                                                                      window)
+                                                                      window, prenet_seed)
             # the furthest text position focused on so far (never back, never past the text)
             focus = tf.minimum(tf.maximum(focus, tf.argmax(attention, axis=-1, output_type=tf.int32)),
                                token_lengths - 1)

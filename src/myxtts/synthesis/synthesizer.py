@@ -57,11 +57,13 @@ class Synthesizer:
 
     def __init__(self, cfg: Config, model: XTTSModel, vocabulary: Vocabulary, vocoder: Vocoder | None = None,
                  length_policy: LengthPolicy | None = None, batch_size: int = 1,
-                 monotonic_attention: bool = False, alignment_stop: bool = True) -> None:
+                 monotonic_attention: bool = False, alignment_stop: bool = True, prenet_dropout: bool = True) -> None:
         """``monotonic_attention``: restrict the aligning layer to a forward-moving window of the text while
         decoding (decoding.WINDOW_BEHIND / WINDOW_AHEAD): a guard against skipping / repeating for briefly
         trained models; off by default (the model's own alignment). ``alignment_stop``: also end an utterance
-        when its alignment has reached the end of the text (decoding.update_end_dwell); on by default."""
+        when its alignment has reached the end of the text (decoding.update_end_dwell); on by default.
+        ``prenet_dropout``: keep the decoder prenet's dropout on while decoding, as in training
+        (decoding.PRENET_SEED); on by default."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
         self.cfg, self.model, self.vocabulary = cfg, model, vocabulary
@@ -73,7 +75,7 @@ class Synthesizer:
         self.sample_rate = cfg.audio.sample_rate
         buckets = {bucket: self.lengths.bucket_max_steps(bucket) for bucket in self.lengths.text_buckets()}
         self.decoder = CompiledDecoder(model, cfg.data.reference_frames, buckets, monotonic=monotonic_attention,
-                                       alignment_stop=alignment_stop)
+                                       alignment_stop=alignment_stop, prenet_dropout=prenet_dropout)
         self.last_results: list[SynthesisResult] = []
         self.checkpoint: str | None = None
 
