@@ -9,7 +9,9 @@ pipeline does), then synthesizes held-out texts free-running with a reference of
 - the output moves towards the reference's voice: for every held-out text, the difference between the
   outputs with the low and the high voice's reference points the same way as the difference between the
   two real voices (cosine of their mean log-mel spectra, the voices' spectral envelope and pitch
-  harmonics averaged over the utterance, >= 0.4; measured 0.58-0.60).
+  harmonics averaged over the utterance, >= 0.7; measured 0.58-0.60 when synthesis ran the prenet without
+  its dropout, 0.96-0.98 with it, as in training).
+The output moves by >= 0.5x the real voices' difference (measured 1.1x with the prenet's dropout on).
 """
 
 from __future__ import annotations
@@ -115,5 +117,5 @@ def test_reference_voice_sets_the_output_voice(make_config, tmp_path):
     print(f"\nvoice cloning: loss {losses[0]:.2f} -> {losses[-1]:.2f}; real voices differ by {voice_gap:.3f} "
           f"(mean |log-mel|); swapping the reference moves the output by {moved}, cosine with the real voices' "
           f"difference {cosines}")
-    assert min(moved) >= 0.25 * voice_gap, (moved, voice_gap)
-    assert min(cosines) >= 0.4, cosines  # measured 0.58-0.60; an unconditioned output points anywhere (~0)
+    assert min(moved) >= 0.5 * voice_gap, (moved, voice_gap)
+    assert min(cosines) >= 0.7, cosines  # measured 0.96-0.98; an unconditioned output points anywhere (~0)
