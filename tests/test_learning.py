@@ -144,6 +144,6 @@ def test_training_lowers_mcd_on_its_clips(make_config):
         (alignment_before, alignment_after)
     assert losses[-1] < 0.5 * losses[0]
     assert tf_after <= 0.7 * tf_before, (tf_before, tf_after)
-    # free-running: measured 56.2 -> 33.6 dB (-40%) with the text-only alignment and prenet dropout at synthesis (the old shared softmax: -47%,
-    # from speech-like frames without alignment, see the module docstring)
+    # free-running: measured 56.2 -> 33.6 dB (-40%) with the text-only alignment and prenet dropout at synthesis
+    # (the old shared softmax: -47%, from speech-like frames without alignment, see the module docstring)
     assert fr_after <= 0.8 * fr_before, (fr_before, fr_after)
