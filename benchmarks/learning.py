@@ -10,7 +10,9 @@ Griffin-Lim vocoder, the reference voice another clip of the same speaker):
 - ``cer``: pocketsphinx's character error rate on the synthesized audio (``myxtts.listening``), next to the
   CER of the recordings and of their Griffin-Lim resynthesis (the ceiling a Griffin-Lim synthesis can reach);
 - multi-speaker corpora: ``speaker_match``, the share of (held-out text, reference voice) syntheses whose
-  voice embedding is nearest to the reference voice's centroid (Griffin-Lim resynthesised training clips).
+  voice embedding is nearest to the reference voice's centroid (Griffin-Lim resynthesised training clips), and
+  its relative form (each output against the other voices' outputs of the same text, so a colouring common to
+  every synthesis cancels; ``myxtts.listening.nearest_voices``).
 
 Writes ``OUT/<corpus>.json`` (machine, TensorFlow version, environment, config, points) and
 ``OUT/<corpus>.png`` (CER, focus rate, MCD and speaker match against training minutes).
@@ -165,8 +167,12 @@ def voice_match(synthesizer, held_out, pool, texts: int, batch_size: int) -> dic
     rate = synthesizer.sample_rate
     references = {s: [np.asarray(synthesizer.vocoder(synthesizer.frontend(load_audio(e.audio_path, rate))))
                       for e in clips[s][:3]] for s in usable}
-    return {"share": speaker_match(outputs, references, rate), "chance": 1.0 / len(usable),
-            "voices": usable, "texts": len(chosen)}
+    # relative: each output against the other voices' outputs of its text (a colouring common to every
+    # synthesis cancels; listening.nearest_voices); the absolute share is the issue's measure
+    texts_of = [entry.id for entry, _ in pairs]
+    return {"share": speaker_match(outputs, references, rate),
+            "relative_share": speaker_match(outputs, references, rate, groups=texts_of),
+            "chance": 1.0 / len(usable), "voices": usable, "texts": len(chosen)}
 
 
 def plot(report: dict, path: Path) -> None:
@@ -197,8 +203,9 @@ def plot(report: dict, path: Path) -> None:
         axis.legend(fontsize=7)
     if multi:
         axis = axes[-1]
-        axis.plot(minutes, [p["speaker_match"]["share"] if p.get("speaker_match") else np.nan for p in points], "o-",
-                  label="held-out texts x voices")
+        for key, label in (("share", "absolute"), ("relative_share", "relative (per text)")):
+            axis.plot(minutes, [p["speaker_match"].get(key, np.nan) if p.get("speaker_match") else np.nan
+                                for p in points], "o-", label=label)
         axis.axhline(points[-1]["speaker_match"]["chance"], linestyle=":", color="gray", label="chance")
         axis.set_xlabel("training minutes")
         axis.set_ylabel("speaker match (share nearest own voice)")
@@ -278,7 +285,8 @@ def main() -> None:
         print(f"step {step} ({point['training_minutes']:.1f} training min): " + ", ".join(
             f"{split} CER {point[split]['cer']:.2f} focus {point[split]['focus_rate']:.2f} "
             f"MCD {point[split]['mcd_dtw_db']:.1f}" for split in ("train", "held_out"))
-            + (f", speaker match {point['speaker_match']['share']:.2f}" if point["speaker_match"] else ""), flush=True)
+            + (f", speaker match {point['speaker_match']['share']:.2f} (relative "
+               f"{point['speaker_match']['relative_share']:.2f})" if point["speaker_match"] else ""), flush=True)
         (out / f"{args.corpus}.json").write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
         plot(report, out / f"{args.corpus}.png")
     print(f"wrote {out / (args.corpus + '.json')} and {out / (args.corpus + '.png')}")

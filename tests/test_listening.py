@@ -149,6 +149,31 @@ def test_speaker_match_tells_espeak_voices_apart(espeak_voices) -> None:
 
 
 @requires_espeak
+def test_relative_speaker_match_sees_through_a_common_colouring(espeak_voices) -> None:
+    """A colouring shared by every output (here a 16-sample moving average and a noise floor, as a blurry
+    synthesis adds) moves all outputs towards one centroid; comparing each output with the other voices'
+    outputs of its group cancels it. Measured: absolute 0.25 (every output taken for one voice), relative 0.90."""
+    references = {voice: clips[:3] for voice, clips in espeak_voices.items()}
+    rng = np.random.default_rng(0)
+
+    def coloured(clip: np.ndarray) -> np.ndarray:
+        blurred = np.convolve(clip, np.ones(16) / 16, mode="same")
+        return (blurred + 0.01 * rng.standard_normal(clip.shape)).astype(np.float32)
+
+    outputs = [(voice, coloured(clip)) for voice, clips in espeak_voices.items() for clip in clips[3:8]]
+    groups = [index for clips in espeak_voices.values() for index in range(len(clips[3:8]))]
+    absolute = speaker_match(outputs, references, 22050)
+    relative = speaker_match(outputs, references, 22050, groups=groups)
+    # control: every voice's output of a group is the same clip -> nothing tells the voices apart
+    same = [(voice, outputs[index % 5][1]) for index, (voice, _) in enumerate(outputs)]
+    control = speaker_match(same, references, 22050, groups=groups)
+    print(f"\ncoloured outputs: absolute match {absolute:.2f}, relative {relative:.2f}, control {control:.2f}")
+    assert relative >= 0.8, relative
+    assert absolute < relative, (absolute, relative)
+    assert control <= 0.5, control
+
+
+@requires_espeak
 def test_speaker_embedding_separates_pitch_of_voices(espeak_voices) -> None:
     """The F0 part of the embedding follows the voices' pitch settings (us_f4 at -p 80 vs us_m3 at -p 35)."""
     low = np.median([speaker_embedding(clip, 22050)[-3] for clip in espeak_voices["us_m3"]])

@@ -191,30 +191,49 @@ def speaker_embedding(waveform: np.ndarray, sample_rate: int) -> np.ndarray:
     return np.concatenate([cepstra.mean(axis=0), cepstra.std(axis=0), pitch])
 
 
-def nearest_voices(outputs: Sequence[np.ndarray], references: Mapping[str, Sequence[np.ndarray]]) -> list[str]:
+def nearest_voices(outputs: Sequence[np.ndarray], references: Mapping[str, Sequence[np.ndarray]],
+                   groups: Sequence[object] | None = None) -> list[str]:
     """For each output embedding, the voice whose reference centroid is nearest (cosine similarity
-    after standardising every dimension over all reference embeddings, so no feature's scale wins)."""
+    after standardising every dimension over all reference embeddings, so no feature's scale wins).
+
+    ``groups`` (one key per output, e.g. its text): compare *relatively*. Each output is taken minus the
+    mean of its group (the same text in every voice) and each centroid minus the mean centroid, so what is
+    matched is how an output differs from the other voices' outputs of the same text against how its voice
+    differs from the others; a colouring common to every synthesis (blur, a vocoder's timbre) cancels.
+    """
     if len(references) < 2 or any(len(clips) == 0 for clips in references.values()):
         raise ValueError("nearest_voices needs at least two voices, each with at least one reference embedding.")
     names = list(references)
     pooled = np.stack([embedding for name in names for embedding in references[name]])  # [clips, dims]
     mean, scale = pooled.mean(axis=0), pooled.std(axis=0) + 1e-8
 
-    def unit(vectors: np.ndarray) -> np.ndarray:
-        standard = (vectors - mean) / scale
-        return standard / np.maximum(np.linalg.norm(standard, axis=-1, keepdims=True), 1e-12)
+    def standard(vectors: np.ndarray) -> np.ndarray:
+        return (vectors - mean) / scale
 
-    centroids = unit(np.stack([np.mean(unit(np.stack(references[name])), axis=0) for name in names]))
-    similarity = unit(np.stack(outputs)) @ centroids.T  # [outputs, voices]
+    def unit(vectors: np.ndarray) -> np.ndarray:
+        return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+
+    centroids = np.stack([np.mean(unit(standard(np.stack(references[name]))), axis=0) for name in names])
+    embedded = standard(np.stack(outputs))  # [outputs, dims]
+    if groups is not None:
+        if len(groups) != len(outputs):
+            raise ValueError(f"{len(groups)} groups for {len(outputs)} outputs.")
+        keys = list(groups)
+        for key in set(keys):
+            rows = [index for index, other in enumerate(keys) if other == key]
+            embedded[rows] -= embedded[rows].mean(axis=0)
+        centroids = centroids - centroids.mean(axis=0)
+    similarity = unit(embedded) @ unit(centroids).T  # [outputs, voices]
     return [names[index] for index in np.argmax(similarity, axis=1)]
 
 
 def speaker_match(outputs: Sequence[tuple[str, np.ndarray]], references: Mapping[str, Sequence[np.ndarray]],
-                  sample_rate: int) -> float:
+                  sample_rate: int, groups: Sequence[object] | None = None) -> float:
     """Share of outputs nearest to their own reference voice among all voices (chance: 1 / voices).
 
     ``outputs``: ``(voice, waveform)`` pairs, the voice each output was asked to speak in;
-    ``references``: ``voice -> waveforms`` of that voice (a few clips each make its centroid).
+    ``references``: ``voice -> waveforms`` of that voice (a few clips each make its centroid);
+    ``groups``: optional key per output (its text) for the relative match of ``nearest_voices``.
     """
     if not outputs:
         raise ValueError("speaker_match needs at least one (voice, waveform) output.")
@@ -223,5 +242,6 @@ def speaker_match(outputs: Sequence[tuple[str, np.ndarray]], references: Mapping
         raise ValueError(f"Outputs name voices without reference clips: {unknown}.")
     reference_embeddings = {voice: [speaker_embedding(clip, sample_rate) for clip in clips]
                             for voice, clips in references.items()}
-    chosen = nearest_voices([speaker_embedding(wave, sample_rate) for _, wave in outputs], reference_embeddings)
+    chosen = nearest_voices([speaker_embedding(wave, sample_rate) for _, wave in outputs], reference_embeddings,
+                            groups)
     return float(np.mean([voice == nearest for (voice, _), nearest in zip(outputs, chosen)]))
