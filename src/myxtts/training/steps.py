@@ -24,17 +24,15 @@ is given in a replica context; ours are already reduced, so each replica hands i
 
 from __future__ import annotations
 
-import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from myxtts.config import Config
 from myxtts.model import XTTSModel, add_normalizers, compute_losses, loss_normalizers
 from myxtts.model.losses import NORMALIZER_KEYS
+from myxtts.training import warmup
 from myxtts.training.distribute import replica_slice
 
 ShapeKey = tuple[tuple[int, ...], ...]
@@ -53,29 +51,6 @@ def shape_key(batch_or_spec: dict, stacked: bool = False) -> ShapeKey:
 def unstack_spec(spec: dict) -> dict:
     """The batch signature inside a block signature ``[K, batch, ...]``."""
     return {key: tf.TensorSpec(value.shape[1:], value.dtype) for key, value in spec.items()}
-
-
-def warmup_batch(spec: dict) -> dict[str, tf.Tensor]:
-    """A valid batch (or block) of exactly this signature (zeros, every length full) for the warm-up run."""
-    # length key -> (padded key, axis of its time dimension counted from the end)
-    lengths_of = {"token_lengths": ("tokens", -1), "mel_lengths": ("mel", -2),
-                  "reference_lengths": ("reference_mel", -2)}
-    batch = {}
-    for key, tensor_spec in spec.items():
-        shape = tensor_spec.shape.as_list()
-        if key in lengths_of:  # [batch] = the padded length: every position real, nothing degenerate
-            padded, axis = lengths_of[key]
-            batch[key] = tf.fill(shape, tf.constant(spec[padded].shape[axis], tensor_spec.dtype))
-        else:
-            batch[key] = tf.zeros(shape, tensor_spec.dtype)
-    return batch
-
-
-def _components(variable: Any, strategy: tf.distribute.Strategy) -> list:
-    """The per-device tf.Variables behind a (Keras or distributed) variable: what snapshot/restore copy."""
-    inner = getattr(variable, "_value", None)  # keras.Variable -> its backend tf.Variable (private, guarded)
-    inner = inner if isinstance(inner, tf.Variable) else variable
-    return list(strategy.experimental_local_results(inner))
 
 
 LOSS_KEYS = ("total", "mel_l1_before", "mel_l1_after", "mel_l2", "stop", "guided_attention", "real_frames")
@@ -302,99 +277,35 @@ class TrainingSteps:
             self.validate_functions[key] = wrap(tf.function(self._validate_graph, input_signature=[batch_spec],
                                                             **options), f"validate_step[{label}]")
 
+    # ---- warm-up and state snapshot (training/warmup.py) ---------------------------------------------
     def warm_up(self, execute: bool = True, runs: int = 1) -> dict[str, float]:
-        """Trace every compiled function and (``execute``) run it ``runs`` times; seconds per function.
+        """Trace every compiled function and (``execute``) run it ``runs`` times, overlapped, then restore every
+        state variable bit for bit; seconds per function (``warmup.warm_up``)."""
+        return warmup.warm_up(self, execute, runs)
 
-        Tracing alone leaves TF's graph optimisation (grappler, kernel creation) to the first real call of
-        each shape, a few seconds each: that is what made early steps of every bucket slow. So each
-        function is traced (``get_concrete_function`` on a dummy batch of its own signature, through its
-        monitor wrapper, which therefore sees and counts the trace) and then *called* on that batch, the
-        calls running in a thread while the next function traces (``_overlapped_warm_up``); every variable
-        a step can change (model, optimizer incl. iterations and loss scale, counters, accumulators) is
-        restored bit for bit afterwards: warm-up leaves no trace in training (also with ``runs`` > 1: restored after every run). Under
-        ``tf.config.run_functions_eagerly`` a call would not trace, only run eagerly, so there it only
-        traces (``get_concrete_function``), as with ``execute=False``.
-        ``warmup_runs_seconds`` keeps each function's [trace + first run, later runs...] seconds (a
-        second run takes the steady-state step time: one run is enough).
-        """
-        if not self.cfg.training.enable_graph_mode:
-            return {}
-        execute = execute and runs > 0 and not tf.config.functions_run_eagerly()
-        snapshot = self.snapshot_state() if execute else None
-        jobs = []  # (name, kind, function, arguments)
+    def warm_up_jobs(self) -> list[tuple[str, str, Callable, list]]:
+        """(name, kind, function, arguments) of every compiled function, on a dummy batch of its signature."""
+        jobs = []
         for kind, functions in (("train", self.train_functions), ("validate", self.validate_functions)):
             for key, function in functions.items():
-                batch = warmup_batch((self.train_signatures if kind == "train" else self.signatures)[key])
+                batch = warmup.warmup_batch((self.train_signatures if kind == "train" else self.signatures)[key])
                 arguments = [batch] if kind == "validate" or self.accumulation == 1 else \
                     [batch, self._normalizers(batch)]
                 jobs.append((f"{kind}_step[{describe_key(key)}]", kind, function, arguments))
-        try:
-            if not execute:
-                for name, _, function, _ in jobs:
-                    started = time.perf_counter()
-                    function.get_concrete_function()
-                    self.warmup_runs_seconds[name] = [time.perf_counter() - started]
-            else:
-                self._overlapped_warm_up(jobs, runs, snapshot)
-            for name, timings in self.warmup_runs_seconds.items():
-                self.warmup_seconds[name] = sum(timings)
-        finally:
-            if snapshot is not None:
-                self.restore_state(snapshot)
-        return dict(self.warmup_seconds)
+        return jobs
 
-    def _overlapped_warm_up(self, jobs: list, runs: int, snapshot: list) -> None:
-        """Trace each function here while a runner thread makes the previous one's first calls.
-
-        A function's warm-up is Python tracing (holds the GIL: ~5 s per train function of the tiny model
-        on 2 cores) then its first call (TensorFlow's graph optimisation and kernel creation in C++, which
-        releases the GIL: ~6 s). Done one after the other that is ~11 s per bucket; overlapped, tracing
-        function i+1 runs while function i is optimised (12 LJSpeech-size buckets: see docs/training.md,
-        "Warm-up"). The calls stay in one thread, in the same order as the traces, so collectives of a
-        multi-worker run line up, and each train call is followed by the state restore as before."""
-        def first_calls(kind: str, function: Callable, arguments: list) -> list[float]:
-            timings = []
-            for _ in range(runs):
-                started = time.perf_counter()
-                outputs = function(*arguments)  # traced already: graph optimisation + a run
-                tf.nest.map_structure(lambda tensor: tensor.numpy(), outputs)  # wait for it
-                timings.append(time.perf_counter() - started)
-                if kind == "train":
-                    self.restore_state(snapshot)
-            return timings
-
-        pending = []
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="myxtts-warm-up") as runner:
-            for name, kind, function, arguments in jobs:
-                started = time.perf_counter()
-                function.get_concrete_function(*arguments)  # the trace (through the monitor's wrapper)
-                pending.append((name, time.perf_counter() - started, runner.submit(first_calls, kind, function,
-                                                                                   arguments)))
-            for name, trace_seconds, future in pending:
-                calls = future.result()  # re-raises a failed call here
-                self.warmup_runs_seconds[name] = [trace_seconds + calls[0], *calls[1:]]
-
-    # ---- state snapshot (warm-up runs real steps, then puts everything back) ------------------------
     def state_variables(self) -> list:
         """Every variable a compiled step can change, each once: model, optimizer, counters, accumulators."""
         candidates = [*self.model.variables, *self.optimizer.variables, self.micro_step, self.nonfinite_in_a_row,
                       self.nonfinite_total, *self.loss_accumulators.values(), *self.accumulators]
-        seen, unique = set(), []
-        for variable in candidates:
-            if id(variable) not in seen:
-                seen.add(id(variable))
-                unique.append(variable)
-        return unique
+        return list({id(variable): variable for variable in candidates}.values())  # first occurrence order
 
     def snapshot_state(self) -> list:
         """Host copies of every replica's value of every state variable (exact, any strategy)."""
-        return [[np.array(component.numpy(), copy=True) for component in _components(variable, self.strategy)]
-                for variable in self.state_variables()]
+        return warmup.snapshot(self.state_variables(), self.strategy)
 
     def restore_state(self, snapshot: list) -> None:
-        for variable, values in zip(self.state_variables(), snapshot, strict=True):
-            for component, value in zip(_components(variable, self.strategy), values, strict=True):
-                component.assign(value)
+        warmup.restore(self.state_variables(), self.strategy, snapshot)
 
     def _lookup(self, functions: dict, batch: dict, stacked: bool = False) -> Callable:
         if stacked and (batch["tokens"].shape.rank != 3 or batch["tokens"].shape[0] != self.steps_per_execution):
