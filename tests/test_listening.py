@@ -185,3 +185,5 @@ def test_speaker_match_rejects_unknown_voices() -> None:
     tone = np.sin(np.linspace(0, 2000 * np.pi, 16000)).astype(np.float32)
     with pytest.raises(ValueError, match="without reference clips"):
         speaker_match([("nobody", tone)], {"a": [tone], "b": [tone]}, 16000)
+    with pytest.raises(ValueError, match="one output"):  # a group of one has nothing to be compared with
+        speaker_match([("a", tone), ("b", tone)], {"a": [tone], "b": [tone]}, 16000, groups=["text 1", "text 2"])

@@ -221,6 +221,9 @@ def nearest_voices(outputs: Sequence[np.ndarray], references: Mapping[str, Seque
         keys = list(groups)
         for key in set(keys):
             rows = [index for index, other in enumerate(keys) if other == key]
+            if len(rows) < 2:  # minus its own mean an output is zero: nothing left to match
+                raise ValueError(f"Group {key!r} has one output; a relative match needs each group's text spoken "
+                                 "in at least two voices.")
             embedded[rows] -= embedded[rows].mean(axis=0)
         centroids = centroids - centroids.mean(axis=0)
     similarity = unit(embedded) @ unit(centroids).T  # [outputs, voices]

@@ -34,13 +34,13 @@ class SynthesisResult:
     alignment: np.ndarray  # [steps, tokens] cross-attention of the alignment layer over the text
     stop_probabilities: np.ndarray  # [steps]
     stopped_by_token: bool  # the stop token ended it (see ended_by)
+    ended_by: str  # decoding.ENDED_BY_NAMES: "stop token", "alignment" or "maximum length"
     min_frames: int
     max_frames: int
     waveform: np.ndarray | None = None  # [samples] float32
     decode_seconds: float = 0.0  # share of the batch's compiled decoding time
     vocoder_seconds: float = 0.0
     text_bucket: int = 0
-    ended_by: str = "stop token"  # decoding.ENDED_BY_NAMES: "stop token", "alignment" or "maximum length"
     extra: dict = field(default_factory=dict)
 
     @property
