@@ -86,6 +86,8 @@ class TextConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     preset: Literal["tiny", "small", "base"] = "tiny"
+    # parallel: durations from a learned alignment, all frames at once; autoregressive: frame by frame
+    decoder: Literal["parallel", "autoregressive"] = "autoregressive"
     # None: take the preset's value
     d_model: int | None = None
     num_heads: int | None = None
@@ -97,13 +99,22 @@ class ModelConfig:
     prenet_dim: int | None = None
     postnet_channels: int | None = None
     postnet_layers: int | None = None
-    reduction_factor: int = 2
+    decoder_conv_blocks: int | None = None  # parallel decoder: residual dilated convolution blocks
+    reduction_factor: int = 2  # autoregressive: frames per decoder step (the parallel decoder needs 1)
     dropout: float = 0.1
     max_attention_sequence_length: int = 1024  # positions table size; must cover text and decoder steps
     stop_positive_weight: float = 5.0
     guided_attention_weight: float = 1.0
     guided_attention_sigma: float = 0.2
     mel_l2_weight: float = 0.0  # weight of an extra L2 mel loss after the postnet (0: L1 only)
+    # parallel decoder: the aligner's forward-sum loss, the duration predictor's loss (MSE of log(1 + frames)),
+    # and the binarisation loss (soft alignment towards the hard one), ramped in linearly from
+    # binarization_start_step over binarization_ramp_steps optimizer steps
+    forward_sum_weight: float = 1.0
+    duration_weight: float = 1.0
+    binarization_weight: float = 1.0
+    binarization_start_step: int = 400
+    binarization_ramp_steps: int = 200
 
 
 @dataclass(frozen=True)
@@ -280,7 +291,7 @@ def validate(cfg: Config) -> Config:
               "audio.hop_length", "audio.n_mels", "audio.log_floor", "audio.griffin_lim_iters",
               "audio.mel_power", "model.d_model", "model.num_heads", "model.ff_dim",
               "model.text_layers", "model.decoder_layers", "model.conditioning_layers",
-              "model.num_speaker_latents", "model.prenet_dim", "model.postnet_channels",
+              "model.num_speaker_latents", "model.prenet_dim", "model.postnet_channels", "model.decoder_conv_blocks",
               "model.reduction_factor", "model.max_attention_sequence_length",
               "training.max_steps", "training.learning_rate", "training.gradient_accumulation_steps",
               "training.steps_per_execution",
@@ -326,6 +337,7 @@ def validate(cfg: Config) -> Config:
     if m.stop_positive_weight <= 0 or m.guided_attention_weight < 0 or m.guided_attention_sigma <= 0:
         raise ValueError("Config keys 'model.stop_positive_weight' and 'model.guided_attention_sigma' must "
                          "be > 0 and 'model.guided_attention_weight' >= 0.")
+    _check_decoder_keys(m)
     if m.mel_l2_weight < 0:
         raise ValueError(f"Config key 'model.mel_l2_weight' must be >= 0, got {m.mel_l2_weight}.")
     longest = max(d.max_text_length, d.max_mel_frames // m.reduction_factor + 1)
@@ -344,6 +356,29 @@ def validate(cfg: Config) -> Config:
     if not t.enable_graph_mode and t.enable_xla_compilation:
         raise ValueError("Config key 'training.enable_xla_compilation' needs 'training.enable_graph_mode: true'.")
     return cfg
+
+
+# keys that only one decoder reads: set to anything but the default for the other decoder, they are rejected
+AUTOREGRESSIVE_ONLY_KEYS = ("decoder_layers", "prenet_dim", "stop_positive_weight", "guided_attention_weight",
+                            "guided_attention_sigma")
+PARALLEL_ONLY_KEYS = ("decoder_conv_blocks", "forward_sum_weight", "duration_weight", "binarization_weight",
+                      "binarization_start_step", "binarization_ramp_steps")
+
+
+def _check_decoder_keys(m: ModelConfig) -> None:
+    defaults = ModelConfig()
+    other = AUTOREGRESSIVE_ONLY_KEYS if m.decoder == "parallel" else PARALLEL_ONLY_KEYS
+    for key in other:
+        if getattr(m, key) != getattr(defaults, key):
+            raise ValueError(f"Config key 'model.{key}' ({getattr(m, key)!r}) does nothing with "
+                             f"'model.decoder: {m.decoder}'; remove it or choose the other decoder.")
+    if m.decoder == "parallel" and m.reduction_factor != 1:
+        raise ValueError(f"Config key 'model.reduction_factor' must be 1 with 'model.decoder: parallel' (it predicts "
+                         f"every frame at once), got {m.reduction_factor}.")
+    for key in ("forward_sum_weight", "duration_weight", "binarization_weight", "binarization_start_step",
+                "binarization_ramp_steps"):
+        if getattr(m, key) < 0:
+            raise ValueError(f"Config key 'model.{key}' must be >= 0, got {getattr(m, key)}.")
 
 
 def _move_legacy_keys(raw: dict[str, Any]) -> dict[str, Any]:

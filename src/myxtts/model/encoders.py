@@ -15,10 +15,16 @@ from myxtts.model.presets import CONDITIONING_KERNEL, ModelDims
 class TextEncoder(keras.layers.Layer):
     """tokens ``[B, T_text]`` -> encodings ``[B, T_text, d]``: embedding + sinusoidal positions + blocks."""
 
-    def __init__(self, dims: ModelDims, sites: SiteCounter, **kwargs):
+    def __init__(self, dims: ModelDims, sites: SiteCounter, embedding_stddev: float | None = None, **kwargs):
+        """``embedding_stddev``: initialise the embedding N(0, stddev) (Keras' default is uniform +-0.05, which
+        leaves the scaled tokens small next to the positions; the parallel model uses d ** -0.5, i.e. N(0, 1)
+        after the sqrt(d) scaling, as FastPitch's embedding)."""
         super().__init__(**kwargs)
         self.dims = dims
-        self.embedding = keras.layers.Embedding(dims.vocab_size, dims.d_model, name="embedding")
+        initializer = "uniform" if embedding_stddev is None else keras.initializers.RandomNormal(
+            stddev=embedding_stddev)
+        self.embedding = keras.layers.Embedding(dims.vocab_size, dims.d_model, embeddings_initializer=initializer,
+                                                name="embedding")
         # the table covers model.max_attention_sequence_length positions (validated against max_text_length)
         self.positions = tf.constant(sinusoid_table(dims.max_positions, dims.d_model))
         self.blocks = [TransformerBlock(dims.d_model, dims.num_heads, dims.ff_dim, dims.dropout, sites,
@@ -26,13 +32,17 @@ class TextEncoder(keras.layers.Layer):
         self.final_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="final_norm")
         self.site = sites()
 
+    def embed(self, tokens):
+        """tokens ``[B, T_text]`` -> scaled embeddings ``[B, T_text, d]`` (no positions)."""
+        return self.embedding(tokens) * math.sqrt(self.dims.d_model)
+
     def call(self, tokens, token_lengths, training=False, seed=None):
         text_len = static_or_dynamic_dim(tokens, 1)
         if isinstance(text_len, int) and text_len > self.dims.max_positions:  # a None dim: not checked at trace
             raise ValueError(f"Text of {text_len} tokens exceeds model.max_attention_sequence_length "
                              f"({self.dims.max_positions}).")
         mask = length_mask(token_lengths, text_len)  # [B, T_text]
-        x = self.embedding(tokens) * math.sqrt(self.dims.d_model)  # [B, T_text, d]
+        x = self.embed(tokens)  # [B, T_text, d]
         x = x + tf.cast(self.positions[:text_len], x.dtype)[None]
         x = stateless_dropout(x, self.dims.dropout, training, seed, self.site)
         key_mask = mask[:, None, None, :]  # [B, 1, 1, T_text]

@@ -25,7 +25,7 @@ from myxtts.config import Config
 from myxtts.model.layers import static_or_dynamic_dim
 
 
-NORMALIZER_KEYS = ("mel_elements", "decoder_steps")
+NORMALIZER_KEYS = ("mel_elements", "decoder_steps", "utterances", "tokens")
 
 
 def _masked_sum(values: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
@@ -42,7 +42,9 @@ def loss_normalizers(batch: dict, reduction_factor: int, n_mels: int) -> dict[st
     over micro-batches / replicas for the global batch."""
     mel_lengths = tf.cast(batch["mel_lengths"], tf.float32)  # [B]
     steps = tf.cast(decoder_step_lengths(batch["mel_lengths"], reduction_factor), tf.float32)  # [B]
-    return {"mel_elements": tf.reduce_sum(mel_lengths) * float(n_mels), "decoder_steps": tf.reduce_sum(steps)}
+    return {"mel_elements": tf.reduce_sum(mel_lengths) * float(n_mels), "decoder_steps": tf.reduce_sum(steps),
+            "utterances": tf.cast(tf.size(batch["mel_lengths"]), tf.float32),
+            "tokens": tf.reduce_sum(tf.cast(batch["token_lengths"], tf.float32))}
 
 
 def add_normalizers(parts: list[dict[str, tf.Tensor]]) -> dict[str, tf.Tensor]:
@@ -57,13 +59,16 @@ def guided_attention_weights(step_lengths, token_lengths, steps: int, text_len: 
     return 1.0 - tf.exp(-tf.square(n - t) / (2.0 * sigma * sigma))
 
 
-def compute_losses(batch: dict, outputs: dict, cfg: Config,
-                   normalizers: dict[str, tf.Tensor] | None = None) -> dict[str, tf.Tensor]:
+def compute_losses(batch: dict, outputs: dict, cfg: Config, normalizers: dict[str, tf.Tensor] | None = None,
+                   step: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
     """Scalar float32 losses (masked by true lengths) and their weighted ``total``.
 
     ``normalizers``: the global batch's real counts (``loss_normalizers`` summed over every part of the
-    global batch); None: this batch's own counts (then each loss is this batch's masked mean).
+    global batch); None: this batch's own counts (then each loss is this batch's masked mean). ``step``: the
+    optimizer step (the parallel decoder's binarisation loss is ramped in by it; None: fully on).
     """
+    if cfg.model.decoder == "parallel":
+        return compute_parallel_losses(batch, outputs, cfg, normalizers, step)
     m = cfg.model
     l2_weight = m.mel_l2_weight
     r = m.reduction_factor
@@ -104,3 +109,55 @@ def compute_losses(batch: dict, outputs: dict, cfg: Config,
         total = total + l2_weight * l2_after
     return {"total": total, "mel_l1_before": l1_before, "mel_l1_after": l1_after, "mel_l2": l2_after,
             "stop": stop, "guided_attention": guided}
+
+
+def _mel_losses(batch: dict, outputs: dict, count: dict) -> dict[str, tf.Tensor]:
+    target = tf.cast(batch["mel"], tf.float32)  # [B, T, n_mels]
+    frames, n_mels = static_or_dynamic_dim(target, 1), static_or_dynamic_dim(target, 2)
+    frame_mask = tf.logical_and(tf.sequence_mask(batch["mel_lengths"], frames)[..., None],
+                                tf.ones([1, 1, n_mels], tf.bool))  # [B, T, n_mels]
+    before = tf.cast(outputs["mel_before"], tf.float32)
+    after = tf.cast(outputs["mel_after"], tf.float32)
+    return {"mel_l1_before": _masked_sum(tf.abs(before - target), frame_mask) / count["mel_elements"],
+            "mel_l1_after": _masked_sum(tf.abs(after - target), frame_mask) / count["mel_elements"],
+            "mel_l2": _masked_sum(tf.square(after - target), frame_mask) / count["mel_elements"]}
+
+
+def binarization_schedule(step: tf.Tensor | None, start: int, ramp: int) -> tf.Tensor:
+    """0 before ``start``, then linear to 1 over ``ramp`` steps (1 when ``step`` is None)."""
+    if step is None:
+        return tf.constant(1.0)
+    progress = (tf.cast(step, tf.float32) - float(start)) / float(max(ramp, 1))
+    return tf.clip_by_value(progress + (1.0 if ramp == 0 else 0.0), 0.0, 1.0)
+
+
+def compute_parallel_losses(batch: dict, outputs: dict, cfg: Config,
+                            normalizers: dict[str, tf.Tensor] | None = None,
+                            step: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
+    """The parallel decoder's losses: mel L1 before / after the postnet (per real mel element), the aligner's
+    forward-sum (per token, mean over utterances), the duration loss (MSE of log(1 + frames) per real token, on
+    the aligner's durations) and the binarisation loss (-log soft alignment on the hard path, per real frame)."""
+    from myxtts.model.alignment import binarization_loss, forward_sum_loss
+
+    m = cfg.model
+    if normalizers is None:
+        normalizers = loss_normalizers(batch, 1, static_or_dynamic_dim(batch["mel"], 2))
+    count = {key: tf.maximum(tf.cast(normalizers[key], tf.float32), 1.0) for key in NORMALIZER_KEYS}
+    losses = _mel_losses(batch, outputs, count)
+    token_lengths, mel_lengths = batch["token_lengths"], batch["mel_lengths"]
+    log_alignment = tf.cast(outputs["log_alignment"], tf.float32)
+    losses["forward_sum"] = tf.reduce_sum(forward_sum_loss(log_alignment, token_lengths, mel_lengths)) \
+        / count["utterances"]
+    token_mask = tf.sequence_mask(token_lengths, static_or_dynamic_dim(batch["tokens"], 1))
+    target = tf.math.log1p(tf.cast(outputs["durations"], tf.float32))  # [B, T_text]
+    error = tf.square(tf.cast(outputs["log_duration_predictions"], tf.float32) - target)
+    losses["duration"] = _masked_sum(error, token_mask) / count["tokens"]
+    frames = count["mel_elements"] / float(static_or_dynamic_dim(batch["mel"], 2))
+    losses["binarization"] = tf.reduce_sum(binarization_loss(outputs["hard_alignment"], log_alignment)) / frames
+    ramp = binarization_schedule(step, m.binarization_start_step, m.binarization_ramp_steps)
+    total = (losses["mel_l1_before"] + losses["mel_l1_after"] + m.forward_sum_weight * losses["forward_sum"]
+             + m.duration_weight * losses["duration"] + m.binarization_weight * ramp * losses["binarization"])
+    if m.mel_l2_weight > 0:
+        total = total + m.mel_l2_weight * losses["mel_l2"]
+    losses["total"] = total
+    return losses

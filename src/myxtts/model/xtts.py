@@ -23,28 +23,14 @@ import tensorflow as tf
 from myxtts.config import Config
 from myxtts.model.decoder import MelDecoder, Postnet
 from myxtts.model.encoders import ConditioningEncoder, TextEncoder
-from myxtts.model.layers import SiteCounter, length_mask, static_or_dynamic_dim
+from myxtts.model.layers import SiteCounter, length_mask, static_or_dynamic_dim, track_listed_layers
+from myxtts.model.parallel import ParallelTTSModel
 from myxtts.model.presets import ModelDims, resolve_dims
 
 
-def track_listed_layers(root: keras.layers.Layer) -> None:
-    """Make layers held in Python lists (``self.blocks = [...]``) checkpoint children.
-
-    Keras 3 tracks them for ``.variables`` but not for ``tf.train.Checkpoint``: without this, a
-    checkpoint silently saves only the directly assigned layers (25 of 122 tiny-model variables) and a
-    restore leaves every transformer block at its random initialisation. Each item becomes the child
-    ``<attribute>_<index>``.
-    """
-    for layer in root._flatten_layers(include_self=True, recursive=True):
-        for attribute, value in list(vars(layer).items()):
-            if attribute.startswith("_") or not isinstance(value, (list, tuple)):
-                continue
-            for index, item in enumerate(value):
-                if isinstance(item, keras.layers.Layer):
-                    layer._track_trackable(item, name=f"{attribute}_{index}", overwrite=True)
-
-
 class XTTSModel(keras.Model):
+    decoder_type = "autoregressive"
+
     def __init__(self, dims: ModelDims, **kwargs):
         super().__init__(**kwargs)
         self.dims = dims
@@ -161,7 +147,7 @@ def dummy_batch(dims: ModelDims, batch: int = 1, text_len: int = 5, steps: int =
 MIXED_PRECISION_POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 
 
-def build_model(cfg: Config, vocab_size: int) -> XTTSModel:
+def build_model(cfg: Config, vocab_size: int) -> "XTTSModel | ParallelTTSModel":
     """Build the model for this config and create every variable (an eager call on a tiny batch), so no
     compiled step ever creates variables (which would make it trace twice).
 
@@ -173,8 +159,13 @@ def build_model(cfg: Config, vocab_size: int) -> XTTSModel:
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(MIXED_PRECISION_POLICIES[cfg.training.mixed_precision])
     try:
-        model = XTTSModel(dims, name="xtts")
-        model({k: tf.constant(v) for k, v in dummy_batch(dims).items()}, training=False)
+        if cfg.model.decoder == "parallel":
+            model = ParallelTTSModel(dims, name="parallel_tts")
+        else:
+            model = XTTSModel(dims, name="xtts")
+        # 16 frames: enough for the aligner to place each of the 5 tokens
+        model({k: tf.constant(v) for k, v in dummy_batch(dims, steps=16 // dims.reduction_factor).items()},
+              training=False)
     finally:
         keras.mixed_precision.set_global_policy(previous)
     return model

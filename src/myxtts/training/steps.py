@@ -53,7 +53,10 @@ def unstack_spec(spec: dict) -> dict:
     return {key: tf.TensorSpec(value.shape[1:], value.dtype) for key, value in spec.items()}
 
 
-LOSS_KEYS = ("total", "mel_l1_before", "mel_l1_after", "mel_l2", "stop", "guided_attention", "real_frames")
+LOSS_KEYS = {"autoregressive": ("total", "mel_l1_before", "mel_l1_after", "mel_l2", "stop", "guided_attention",
+                                 "real_frames"),
+             "parallel": ("total", "mel_l1_before", "mel_l1_after", "mel_l2", "forward_sum", "duration",
+                          "binarization", "real_frames")}
 
 
 def describe_key(key: ShapeKey) -> str:
@@ -77,6 +80,7 @@ class TrainingSteps:
         self.float16 = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         self.replicas = strategy.num_replicas_in_sync
         self.variables = model.trainable_variables
+        self.loss_keys = LOSS_KEYS[cfg.model.decoder]
         with strategy.scope():
             # optimizer slots now, so no compiled step creates variables (that would trace twice)
             optimizer.build(self.variables)
@@ -88,7 +92,7 @@ class TrainingSteps:
                 if self.accumulation > 1 else []
             # the cycle's losses so far (each micro-batch adds its share of the global batch's loss)
             self.loss_accumulators = {key: tf.Variable(0.0, trainable=False, name=f"loss_accumulator_{key}")
-                                      for key in LOSS_KEYS} if self.accumulation > 1 else {}
+                                      for key in self.loss_keys} if self.accumulation > 1 else {}
         # XLA with several replicas: jit_compile on the whole step would place every replica's variables in one
         # XLA cluster ("tf.Variable on a different device"), so each replica's forward + backward is compiled
         # instead (as Keras does) and the all-reduce and the update stay outside XLA
@@ -129,7 +133,7 @@ class TrainingSteps:
         with tf.GradientTape() as tape:
             outputs = self.model(local, training=True, seed=seed)
             # this replica's sums / the global batch's counts: summed over replicas and micro-batches
-            losses = compute_losses(local, outputs, self.cfg, normalizers)
+            losses = compute_losses(local, outputs, self.cfg, normalizers, step=self.optimizer.iterations)
             loss = losses["total"]
             scaled = self.optimizer.scale_loss(loss) if self.float16 else loss
         grads = tape.gradient(scaled, self.variables)
@@ -222,7 +226,7 @@ class TrainingSteps:
         dispatches once per K steps. Metrics are reduced in the graph: losses and the gradient norm are
         means over the K steps, ``real_frames`` and ``applied`` (updates applied) are sums."""
         steps = self.steps_per_execution
-        keys = (*LOSS_KEYS, "grad_norm")
+        keys = (*self.loss_keys, "grad_norm")
 
         def body(index, totals, applied):
             batch = {key: value[index] for key, value in block.items()}  # [batch, ...], static shapes
@@ -242,7 +246,7 @@ class TrainingSteps:
     def _replica_validate(self, batch: dict, normalizers: dict) -> dict:
         local = replica_slice(batch, self.replicas)
         outputs = self.model(local, training=False)  # teacher-forced on the true decoder inputs
-        losses = compute_losses(local, outputs, self.cfg, normalizers)
+        losses = compute_losses(local, outputs, self.cfg, normalizers, step=self.optimizer.iterations)
         losses["real_frames"] = tf.cast(tf.reduce_sum(local["mel_lengths"]), tf.float32)
         return losses
 

@@ -1,0 +1,134 @@
+"""Synthesis with the parallel model: predicted durations, then every frame at once, in compiled graphs.
+
+Two kinds of compiled function, each with a static ``input_signature``:
+
+- ``durations`` per (batch size, text bucket): tokens -> text encodings and whole-frame durations (predicted
+  log-durations x the length scale, rounded, >= 1 per token), both padded to ``data.max_text_length`` so the
+  next call does not depend on the text bucket;
+- ``decode`` per (batch size, mel bucket): encodings, durations and the reference -> the normalised mel of the
+  bucket's length (zero past each item's total).
+
+The host reads the durations' totals in between to choose the smallest mel bucket that holds the batch. Mel
+buckets are multiples of ``MEL_BUCKET_MULTIPLE`` frames up to ``data.max_mel_frames``: a handful of graphs,
+all traced by ``warm_up`` and none after. A text whose predicted length exceeds the largest bucket is a
+``SynthesisLengthError`` naming it (split the text into sentences).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+
+from myxtts.model.durations import durations_from_log
+
+MEL_BUCKET_MULTIPLE = 128
+
+
+class SynthesisLengthError(ValueError):
+    """Predicted durations that do not fit the largest mel bucket (data.max_mel_frames)."""
+
+
+def mel_buckets(max_mel_frames: int, multiple: int = MEL_BUCKET_MULTIPLE) -> list[int]:
+    """Frame counts of the decode graphs: multiples of ``multiple`` below ``max_mel_frames``, then it."""
+    return list(range(multiple, max_mel_frames, multiple)) + [max_mel_frames]
+
+
+class CompiledParallelDecoder:
+    """Builds and caches the compiled duration and decode functions of a ``ParallelTTSModel``."""
+
+    def __init__(self, model, max_text_length: int, max_mel_frames: int, reference_frames: int,
+                 length_scale: float = 1.0) -> None:
+        if length_scale <= 0:
+            raise ValueError(f"length_scale must be > 0 (speed = 1 / length_scale), got {length_scale}.")
+        self.model = model
+        self.max_text_length = max_text_length
+        self.reference_frames = reference_frames
+        self.n_mels = model.dims.n_mels
+        self.d_model = model.dims.d_model
+        self.length_scale = float(length_scale)
+        self.buckets = mel_buckets(max_mel_frames)
+        self.duration_functions: dict[tuple[int, int], Callable] = {}
+        self.decode_functions: dict[tuple[int, int], Callable] = {}
+
+    # ---- graph bodies ---------------------------------------------------------------------------
+    def _durations(self, tokens, token_lengths):
+        text = self.model.encode_text(tokens, token_lengths)  # [B, T_bucket, d]
+        log_durations = self.model.predict_log_durations(text, token_lengths)  # [B, T_bucket]
+        durations = durations_from_log(log_durations, token_lengths, self.length_scale)  # [B, T_bucket] int32
+        pad = self.max_text_length - int(tokens.shape[1])
+        return (tf.pad(tf.cast(text, tf.float32), [[0, 0], [0, pad], [0, 0]]),  # [B, max_text, d]
+                tf.pad(durations, [[0, 0], [0, pad]]))  # [B, max_text]
+
+    def _decode(self, text, durations, reference_mel, reference_lengths, frames: int):
+        from myxtts.model.durations import alignment_from_durations
+
+        latents = self.model.encode_reference(reference_mel, reference_lengths)
+        hard = alignment_from_durations(durations, frames)  # [B, frames, max_text]
+        mel_lengths = tf.minimum(tf.reduce_sum(durations, axis=1), frames)
+        _, mel_after = self.model.decode(tf.cast(text, self.model.compute_dtype), hard, mel_lengths, latents)
+        return {"mel": mel_after, "mel_lengths": mel_lengths, "alignments": hard}
+
+    # ---- compiled functions -------------------------------------------------------------------
+    def durations_function(self, batch_size: int, text_bucket: int) -> Callable:
+        key = (batch_size, text_bucket)
+        if key not in self.duration_functions:
+            signature = [tf.TensorSpec([batch_size, text_bucket], tf.int32, name="tokens"),
+                         tf.TensorSpec([batch_size], tf.int32, name="token_lengths")]
+            self.duration_functions[key] = tf.function(self._durations, input_signature=signature)
+        return self.duration_functions[key]
+
+    def decode_function(self, batch_size: int, frames: int) -> Callable:
+        key = (batch_size, frames)
+        if key not in self.decode_functions:
+            signature = [tf.TensorSpec([batch_size, self.max_text_length, self.d_model], tf.float32, name="text"),
+                         tf.TensorSpec([batch_size, self.max_text_length], tf.int32, name="durations"),
+                         tf.TensorSpec([batch_size, self.reference_frames, self.n_mels], tf.float32,
+                                       name="reference_mel"),
+                         tf.TensorSpec([batch_size], tf.int32, name="reference_lengths")]
+            body = lambda text, durations, mel, lengths: self._decode(text, durations, mel, lengths, frames)  # noqa: E731
+            self.decode_functions[key] = tf.function(body, input_signature=signature)
+        return self.decode_functions[key]
+
+    def mel_bucket(self, frames: int, texts: list[str] | None = None) -> int:
+        for bucket in self.buckets:
+            if bucket >= frames:
+                return bucket
+        which = f" ({texts})" if texts else ""
+        raise SynthesisLengthError(
+            f"The predicted speech is {frames} frames long{which}, more than the largest mel bucket "
+            f"(data.max_mel_frames = {self.buckets[-1]}); split the text into shorter sentences (one per line "
+            "with --text-file) or raise the speed.")
+
+    def __call__(self, tokens: np.ndarray, token_lengths: np.ndarray, reference_mel: np.ndarray,
+                 reference_lengths: np.ndarray, texts: list[str] | None = None) -> dict[str, np.ndarray]:
+        """tokens ``[B, text_bucket]`` -> {"mel": ``[B, mel_bucket, n_mels]`` (normalised), "mel_lengths" ``[B]``,
+        "durations" ``[B, text_bucket]``, "alignments" ``[B, mel_bucket, text_bucket]``, "mel_bucket"}."""
+        batch_size, text_bucket = tokens.shape
+        text, durations = self.durations_function(batch_size, text_bucket)(tf.constant(tokens),
+                                                                           tf.constant(token_lengths))
+        totals = durations.numpy().sum(axis=1)
+        frames = self.mel_bucket(int(totals.max()), texts)
+        outputs = self.decode_function(batch_size, frames)(text, durations, tf.constant(reference_mel),
+                                                            tf.constant(reference_lengths))
+        result = {key: value.numpy() for key, value in outputs.items()}
+        result["durations"] = durations.numpy()[:, :text_bucket]
+        result["alignments"] = result["alignments"][:, :, :text_bucket]
+        result["mel_bucket"] = frames
+        return result
+
+    def warm_up(self, batch_size: int, text_buckets: list[int]) -> None:
+        """Trace and run once every duration function of ``text_buckets`` and every decode function."""
+        ones = tf.ones([batch_size], tf.int32)
+        for bucket in text_buckets:
+            self.durations_function(batch_size, bucket)(tf.ones([batch_size, bucket], tf.int32), ones)
+        text = tf.zeros([batch_size, self.max_text_length, self.d_model])
+        durations = tf.zeros([batch_size, self.max_text_length], tf.int32)
+        reference = tf.zeros([batch_size, self.reference_frames, self.n_mels])
+        for frames in self.buckets:
+            self.decode_function(batch_size, frames)(text, durations, reference, ones)
+
+    def tracing_count(self) -> int:
+        functions = [*self.duration_functions.values(), *self.decode_functions.values()]
+        return sum(function.experimental_get_tracing_count() for function in functions)
