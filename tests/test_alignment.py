@@ -1,0 +1,119 @@
+"""The parallel model's alignment pieces against plain references, and on real clips of unequal lengths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from myxtts.model.alignment import (beta_binomial_log_prior, durations_from_alignment, forward_sum_loss,
+                                    monotonic_alignment_search)
+from myxtts.model.durations import alignment_from_durations, durations_from_log, length_regulate
+
+
+def viterbi_reference(log_p: np.ndarray) -> np.ndarray:
+    """Monotonic alignment search by plain dynamic programming over one item ``[frames, tokens]``."""
+    frames, tokens = log_p.shape
+    value = np.full((frames, tokens), -np.inf)
+    value[0, 0] = log_p[0, 0]
+    for t in range(1, frames):
+        for n in range(tokens):
+            stay = value[t - 1, n]
+            move = value[t - 1, n - 1] if n > 0 else -np.inf
+            value[t, n] = log_p[t, n] + (move if (move > stay or n == t) else stay)
+    path, n = np.zeros((frames, tokens)), tokens - 1
+    for t in range(frames - 1, -1, -1):
+        path[t, n] = 1
+        if t > 0 and n > 0 and (n == t or value[t - 1, n - 1] > value[t - 1, n]):
+            n -= 1
+    return path
+
+
+def forward_sum_reference(log_p: np.ndarray, blank: float = -1.0) -> float:
+    """CTC negative log-likelihood of the labels 1..N (blank 0) by the textbook recursion, per token."""
+    frames, tokens = log_p.shape
+    logits = np.concatenate([np.full((frames, 1), blank), log_p], axis=1)
+    logits = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
+    states = 2 * tokens + 1
+    label = [0 if s % 2 == 0 else s // 2 + 1 for s in range(states)]
+    alpha = np.full((frames, states), -np.inf)
+    alpha[0, 0], alpha[0, 1] = logits[0, 0], logits[0, 1]
+    for t in range(1, frames):
+        for s in range(states):
+            terms = [alpha[t - 1, s]] + ([alpha[t - 1, s - 1]] if s > 0 else [])
+            if s > 1 and label[s] != 0:
+                terms.append(alpha[t - 1, s - 2])
+            alpha[t, s] = np.logaddexp.reduce(terms) + logits[t, label[s]]
+    return float(-np.logaddexp(alpha[-1, -1], alpha[-1, -2]) / tokens)
+
+
+def random_log_alignment(seed: int, token_lengths, mel_lengths, text_len: int, frames: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(scale=2.0, size=(len(token_lengths), frames, text_len)).astype(np.float32)
+    mask = tf.sequence_mask(token_lengths, text_len)[:, None, :]
+    return tf.nn.log_softmax(tf.where(mask, logits, -1e4), axis=-1).numpy()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_mas_equals_dynamic_programming_reference(seed):
+    token_lengths = np.array([13, 7, 4, 1], np.int32)
+    mel_lengths = np.array([41, 23, 9, 5], np.int32)
+    log_p = random_log_alignment(seed, token_lengths, mel_lengths, 13, 41)
+    compiled = tf.function(monotonic_alignment_search)
+    hard = compiled(log_p, token_lengths, mel_lengths).numpy()
+    for item, (tokens, frames) in enumerate(zip(token_lengths, mel_lengths)):
+        expected = viterbi_reference(log_p[item, :frames, :tokens])
+        np.testing.assert_array_equal(hard[item, :frames, :tokens], expected)
+        assert hard[item, frames:].sum() == 0 and hard[item, :, tokens:].sum() == 0  # nothing in the padding
+    # every real frame on exactly one token; durations add up to the mel lengths, each token >= 1 frame
+    durations = durations_from_alignment(hard).numpy()
+    np.testing.assert_array_equal(durations.sum(axis=1), mel_lengths)
+    for item, tokens in enumerate(token_lengths):
+        assert (durations[item, :tokens] >= 1).all()
+
+
+def test_forward_sum_loss_equals_reference_recursion():
+    token_lengths = np.array([9, 5, 3], np.int32)
+    mel_lengths = np.array([30, 12, 3], np.int32)
+    log_p = random_log_alignment(7, token_lengths, mel_lengths, 9, 30)
+    loss = forward_sum_loss(log_p, token_lengths, mel_lengths).numpy()
+    for item, (tokens, frames) in enumerate(zip(token_lengths, mel_lengths)):
+        assert loss[item] == pytest.approx(forward_sum_reference(log_p[item, :frames, :tokens]), rel=1e-4)
+
+
+def test_forward_sum_loss_has_gradients_and_ignores_padding():
+    token_lengths = np.array([6, 4], np.int32)
+    mel_lengths = np.array([20, 11], np.int32)
+    log_p = tf.constant(random_log_alignment(3, token_lengths, mel_lengths, 6, 20))
+    with tf.GradientTape() as tape:
+        tape.watch(log_p)
+        loss = tf.reduce_sum(forward_sum_loss(log_p, token_lengths, mel_lengths))
+    grad = tape.gradient(loss, log_p).numpy()
+    assert np.isfinite(grad).all() and np.abs(grad[0, :20, :6]).sum() > 0
+    assert np.abs(grad[1, 11:]).sum() == 0  # frames past the item's length take no gradient
+
+
+def test_beta_binomial_prior_is_a_distribution_along_the_diagonal():
+    token_lengths, mel_lengths = np.array([10, 4], np.int32), np.array([50, 20], np.int32)
+    prior = np.exp(beta_binomial_log_prior(token_lengths, mel_lengths, 12, 60).numpy())
+    for item, (tokens, frames) in enumerate(zip(token_lengths, mel_lengths)):
+        np.testing.assert_allclose(prior[item, :frames, :tokens].sum(axis=1), 1.0, rtol=1e-4)
+        peaks = prior[item, :frames, :tokens].argmax(axis=1)
+        assert (np.diff(peaks) >= 0).all() and peaks[0] == 0 and peaks[-1] == tokens - 1
+        assert prior[item, frames:].max() < 1e-30 and prior[item, :, tokens:].max() < 1e-30
+
+
+def test_length_regulator_is_exact():
+    durations = tf.constant([[2, 1, 3, 0], [1, 1, 0, 0]], tf.int32)
+    hard = alignment_from_durations(durations, 8).numpy()
+    assert hard.shape == (2, 8, 4)
+    np.testing.assert_array_equal(hard[0].argmax(axis=1)[:6], [0, 0, 1, 2, 2, 2])
+    assert hard[0, 6:].sum() == 0 and hard[1, 2:].sum() == 0
+    text = tf.constant(np.random.default_rng(0).normal(size=(2, 4, 5)), tf.float32)
+    frames = length_regulate(hard, text).numpy()
+    np.testing.assert_array_equal(frames[0, :6], text.numpy()[0, [0, 0, 1, 2, 2, 2]])
+    np.testing.assert_array_equal(frames[1, :2], text.numpy()[1, [0, 1]])
+    assert np.abs(frames[0, 6:]).sum() == 0
+    # durations from predicted log(1 + d): scaled, rounded, >= 1 per real token, 0 at padding
+    log_d = tf.math.log1p(tf.constant([[3.0, 0.2, 7.0, 5.0]]))
+    np.testing.assert_array_equal(durations_from_log(log_d, tf.constant([3]), 2.0).numpy(), [[6, 1, 14, 0]])
