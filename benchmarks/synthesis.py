@@ -55,7 +55,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args()
 
+    from myxtts.audio import MelFrontend, load_audio
     from myxtts.config import config_from_dict
+    from myxtts.data.mel_stats import MelStats
     from myxtts.evaluate import machine_description
     from myxtts.model import build_model
     from myxtts.synthesis import Synthesizer, save_run
@@ -71,7 +73,10 @@ def main() -> None:
                                 "model": {"preset": "tiny"}}, base_dir=root)
         vocabulary = Vocabulary.for_config(cfg.text)
         keras.utils.set_random_seed(0)
-        save_run(Path(root) / "run", cfg, build_model(cfg, len(vocabulary)), vocabulary)
+        frontend = MelFrontend(cfg.audio)  # no cache: the statistics of the bundled clips, as prepare computes them
+        mel_stats = MelStats.from_mels(frontend(load_audio(path, cfg.audio.sample_rate)).numpy()
+                                       for path in sorted((corpus / "wavs").glob("*.wav")))
+        save_run(Path(root) / "run", cfg, build_model(cfg, len(vocabulary)), vocabulary, mel_stats=mel_stats)
         synthesizer = Synthesizer.from_run(Path(root) / "run")
     model, r, hop, rate = synthesizer.model, cfg.model.reduction_factor, cfg.audio.hop_length, cfg.audio.sample_rate
     reference_mel, reference_length = synthesizer.reference_mel(reference)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from pathlib import Path
 
@@ -85,7 +86,8 @@ def test_padding_is_zero_and_content_equals_the_cache(prepared_cache, cache) -> 
             assert np.all(tokens[token_length:] == 0) and tokens[token_length - 1] == 2
             row = lookup[tuple(tokens[:token_length].tolist())]
             assert mel_length == cache.mel_lengths[row] and batch["speaker_ids"][i] == cache.speaker_ids[row]
-            np.testing.assert_array_equal(batch["mel"][i, :mel_length], cache.utterance_mel(row).astype(np.float32))
+            np.testing.assert_array_equal(batch["mel"][i, :mel_length],
+                                          cache.mel_stats.normalize(cache.utterance_mel(row)))  # normalised
             assert np.all(batch["mel"][i, mel_length:] == 0)
             reference_length = batch["reference_lengths"][i]
             assert 0 < reference_length <= 96
@@ -145,6 +147,61 @@ def test_dataset_graph_has_no_python_ops(prepared_cache, cache) -> None:
         ops |= {node.op for node in function.node_def}
     assert "GroupByWindowDataset" in ops and any("Prefetch" in op for op in ops)
     assert not [op for op in ops if any(bad in op for bad in FORBIDDEN_OPS)]
+
+
+# ---- normalised mels -------------------------------------------------------------------------------
+
+def test_batches_are_normalised_with_the_train_split_statistics(prepared_cache, cache) -> None:
+    """Every train utterance seen through the pipeline (several buckets, unequal lengths): its real frames are
+    (mel - mean) / std of the cached mel, over the split they have per-bin mean 0 and std 1, and padding (target
+    and reference) is exactly 0."""
+    pipeline = InputPipeline(prepared_cache, cache=cache)
+    stats = pipeline.mel_stats
+    np.testing.assert_array_equal(stats.mean, cache.mel_mean)
+    np.testing.assert_array_equal(stats.std, cache.mel_std)
+    lookup = by_tokens(cache)
+    seen: dict[int, np.ndarray] = {}
+    shapes, lengths = set(), set()
+    wanted = set(pipeline.rows.tolist())
+    for batch in pipeline.dataset().take(200):
+        batch = {key: value.numpy() for key, value in batch.items()}
+        shapes.add(batch["mel"].shape)
+        for i in range(batch["tokens"].shape[0]):
+            row = lookup[tuple(batch["tokens"][i, :batch["token_lengths"][i]].tolist())]
+            length, reference_length = batch["mel_lengths"][i], batch["reference_lengths"][i]
+            assert np.all(batch["mel"][i, length:] == 0) and np.all(batch["reference_mel"][i, reference_length:] == 0)
+            seen[row] = batch["mel"][i, :length]
+            lengths.add(int(length))
+        if set(seen) == wanted:
+            break
+    assert set(seen) == wanted and len(shapes) >= 2 and len(lengths) >= 10
+    frames = np.concatenate([seen[row] for row in sorted(seen)]).astype(np.float64)  # [real frames, n_mels]
+    train = set(cache.split_indices("train").tolist())
+    if wanted == train:  # every train utterance fits a bucket and has a reference: exactly the split's statistics
+        np.testing.assert_allclose(frames.mean(axis=0), 0.0, atol=1e-4)
+        np.testing.assert_allclose(frames.std(axis=0), 1.0, atol=1e-4)
+    else:
+        np.testing.assert_allclose(frames.mean(axis=0), 0.0, atol=0.1)
+        np.testing.assert_allclose(frames.std(axis=0), 1.0, atol=0.1)
+    raw = np.concatenate([cache.utterance_mel(row).astype(np.float64) for row in sorted(seen)])
+    np.testing.assert_allclose(stats.denormalize(frames), raw, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("source", ["load", "given", "tf_native"])
+def test_a_cache_without_mel_stats_is_a_clear_error(prepared_cache, tmp_path, source) -> None:
+    from myxtts.data.cache import CacheError, load_index
+
+    copy = tmp_path / "cache"
+    shutil.copytree(prepared_cache.cache_dir, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    del manifest["mel_stats"]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    cfg = with_data(prepared_cache, cache_dir=str(copy), use_tf_native_loading=source == "tf_native")
+    given = FeatureCache(copy, manifest, load_index(copy)) if source == "given" else None
+    with pytest.raises(CacheError) as error:
+        InputPipeline(cfg, cache=given)
+    message = str(error.value)
+    assert str(copy) in message and "myxtts prepare" in message and "mel statistics" in message
 
 
 # ---- small functions, eagerly and inside map --------------------------------------------------
@@ -210,10 +267,10 @@ def two_speaker_cfg(multi_speaker):
 
 
 def _source_of_reference(reference: np.ndarray, length: int, cache: FeatureCache) -> set[int]:
-    """Cache rows containing ``reference[:length]`` as a contiguous slice."""
+    """Cache rows whose normalised mel contains ``reference[:length]`` as a contiguous slice."""
     found = set()
     for row in range(len(cache)):
-        mel = cache.utterance_mel(row).astype(np.float32)
+        mel = cache.mel_stats.normalize(cache.utterance_mel(row))
         for start in np.flatnonzero(np.all(mel == reference[0], axis=1)):
             if start + length <= mel.shape[0] and np.array_equal(mel[start:start + length], reference[:length]):
                 found.add(row)
@@ -249,7 +306,7 @@ def test_no_batch_has_a_reference_cut_from_its_own_target(multi_speaker, split, 
             row = lookup[tuple(batch["tokens"][i, :batch["token_lengths"][i]].tolist())]
             assert row != carol  # the single-clip speaker's clip is never a training target
             length = batch["reference_lengths"][i]
-            target = cache.utterance_mel(row).astype(np.float32)
+            target = cache.mel_stats.normalize(cache.utterance_mel(row))
             reference = batch["reference_mel"][i, :length]
             # the reference is no slice of the target's own mel
             assert not any(np.array_equal(target[start:start + length], reference)
@@ -281,9 +338,14 @@ def test_on_the_fly_mel_equals_the_cached_mel(two_speaker_cfg) -> None:
             length = batch["mel_lengths"][i]
             assert length == cache.mel_lengths[row]
             cached = cache.utterance_mel(row).astype(np.float32)
-            np.testing.assert_allclose(batch["mel"][i, :length], cached, rtol=2e-3, atol=2e-3)  # float16 cache
+            # float16 cache; the same (manifest) statistics normalise both sources
+            np.testing.assert_allclose(cache.mel_stats.denormalize(batch["mel"][i, :length]), cached, rtol=2e-3,
+                                       atol=2e-3)
             assert np.all(batch["mel"][i, length:] == 0)
             assert batch["speaker_ids"][i] == cache.speaker_ids[row]
+            reference_length = batch["reference_lengths"][i]
+            assert np.all(batch["reference_mel"][i, reference_length:] == 0)
+            assert np.abs(batch["reference_mel"][i, :reference_length].mean()) < 1.5  # normalised, not raw (~-5)
             checked += 1
     assert checked >= 4
     graph = pipeline.dataset()._as_serialized_graph().numpy()

@@ -136,7 +136,7 @@ def test_cache_layout_manifest_and_utterance_files(bad_result) -> None:
     cfg, result = bad_result
     manifest = json.loads((cfg.cache_dir / "manifest.json").read_text())
     assert manifest["feature_hash"] == cfg.feature_hash() and manifest["mel_dtype"] == "float16"
-    assert manifest["format_version"] == 2 and manifest["languages"] == ["en"]
+    assert manifest["format_version"] == 3 and manifest["languages"] == ["en"]
     files = sorted(p.relative_to(cfg.cache_dir).as_posix() for p in (cfg.cache_dir / "utterances").glob("*/*"))
     accepted = [c["file"] for c in manifest["clips"].values() if "file" in c]
     assert len(files) == 6 and sorted(accepted) == files  # one file per accepted utterance, nothing else
@@ -227,6 +227,61 @@ def test_a_changed_corpus_is_detected_and_only_new_or_changed_clips_processed(tm
     np.testing.assert_array_equal(rebuilt.tokens, after.tokens)
     np.testing.assert_array_equal(rebuilt.mel, after.mel)
     assert second.manifest["splits"] == json.loads((fresh / "manifest.json").read_text())["splits"]
+    # the mel statistics follow the update: those of the train split now, equal to a fresh build's
+    assert second.manifest["mel_stats"] == json.loads((fresh / "manifest.json").read_text())["mel_stats"]
+    assert second.manifest["mel_stats"]["mean"] != first.manifest["mel_stats"]["mean"]
+    reference = _numpy_train_stats(after)
+    np.testing.assert_allclose(after.mel_mean, reference[0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(after.mel_std, reference[1], rtol=1e-6, atol=1e-6)
+
+
+def _numpy_train_stats(cache: FeatureCache) -> tuple[np.ndarray, np.ndarray]:
+    """Per-bin mean and std (float64, every frame at once) of the train split's cached mels."""
+    frames = np.concatenate([cache.utterance_mel(i).astype(np.float64) for i in cache.split_indices("train")])
+    return frames.mean(axis=0), frames.std(axis=0)
+
+
+def test_mel_stats_are_those_of_the_train_split_only(bad_result) -> None:
+    from myxtts.data.mel_stats import STD_FLOOR
+
+    cfg, result = bad_result
+    cache = FeatureCache.load(cfg)
+    assert cache.mel_mean.dtype == np.float32 and cache.mel_mean.shape == (cfg.audio.n_mels,)
+    assert cache.mel_std.dtype == np.float32 and cache.mel_std.shape == (cfg.audio.n_mels,)
+    mean, std = _numpy_train_stats(cache)
+    np.testing.assert_allclose(cache.mel_mean, mean, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(cache.mel_std, np.maximum(std, STD_FLOOR), rtol=1e-6, atol=1e-6)
+    train = cache.split_indices("train")
+    stats = result.manifest["mel_stats"]
+    assert stats["frames"] == int(cache.mel_lengths[train].sum()) and stats["utterances"] == len(train) == 5
+    assert stats["split"] == "train"
+    # the validation clip is left out: statistics of every utterance differ
+    everything = np.concatenate([cache.utterance_mel(i).astype(np.float64) for i in range(len(cache))])
+    assert np.abs(everything.mean(axis=0) - cache.mel_mean).max() > 1e-3
+
+
+def test_a_manifest_without_mel_stats_is_rebuilt_never_reused(tmp_path: Path, corpus_copy: Path) -> None:
+    from myxtts.config import config_from_dict
+
+    metadata = corpus_copy / "metadata.csv"
+    metadata.write_text("\n".join(metadata.read_text(encoding="utf-8").splitlines()[:4]) + "\n", encoding="utf-8")
+    cfg = config_from_dict({"data": {"corpus_path": str(corpus_copy), "cache_dir": str(tmp_path / "cache"),
+                                     "validation_size": 1}}, base_dir=tmp_path)
+    first = prepare(cfg, progress=False)
+    path = cfg.cache_dir / "manifest.json"
+    for old_format in (False, True):  # a manifest that lost its statistics; a format-2 cache (before them)
+        manifest = json.loads(path.read_text())
+        del manifest["mel_stats"]
+        if old_format:
+            manifest["format_version"] = 2
+        path.write_text(json.dumps(manifest))
+        with pytest.raises(CacheError, match="myxtts prepare"):
+            FeatureCache.load(cfg)  # never used as it is
+        again = prepare(cfg, progress=False)
+        assert not again.reused and again.manifest["update"]["processed"] == 4  # a full rebuild
+        assert ("cache format 2" if old_format else "no mel statistics") in again.reason
+        assert again.manifest["mel_stats"] == first.manifest["mel_stats"]
+        np.testing.assert_array_equal(FeatureCache.load(cfg).mel_mean, first.manifest["mel_stats"]["mean"])
 
 
 def test_a_crashed_build_never_looks_valid(tmp_path: Path, corpus_copy: Path, monkeypatch) -> None:

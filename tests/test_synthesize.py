@@ -14,6 +14,16 @@ from conftest import BUNDLED_CORPUS, bundled_wavs
 TEXTS = [line.split("|")[2] for line in (BUNDLED_CORPUS / "metadata.csv").read_text(encoding="utf-8").splitlines()]
 
 
+def bundled_mel_stats(cfg, count: int = 8):
+    """Per-bin statistics of the log mels of ``count`` bundled clips (no cache: what prepare would compute)."""
+    from myxtts.audio import MelFrontend, load_audio
+    from myxtts.data.mel_stats import MelStats
+
+    frontend = MelFrontend(cfg.audio)
+    return MelStats.from_mels(frontend(load_audio(path, cfg.audio.sample_rate)).numpy()
+                              for path in bundled_wavs(count))
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory) -> Path:
     from myxtts.config import config_from_dict
@@ -26,7 +36,7 @@ def tiny_run(tmp_path_factory) -> Path:
                                      "max_text_length": 192, "reference_frames": 96},
                             "audio": {"griffin_lim_iters": 4}, "model": {"preset": "tiny"}}, base_dir=root)
     vocabulary = Vocabulary.for_config(cfg.text)
-    save_run(root / "run", cfg, build_model(cfg, len(vocabulary)), vocabulary)
+    save_run(root / "run", cfg, build_model(cfg, len(vocabulary)), vocabulary, mel_stats=bundled_mel_stats(cfg))
     return root / "run"
 
 
@@ -141,14 +151,16 @@ def test_no_retrace_over_twenty_texts(synthesizer):
 
 
 @pytest.mark.parametrize("case", ["empty_text", "unknown_characters", "missing_reference", "unreadable_reference",
-                                  "missing_run", "run_without_checkpoint", "missing_checkpoint", "too_long"])
+                                  "missing_run", "run_without_checkpoint", "run_without_mel_stats",
+                                  "missing_checkpoint", "too_long"])
 def test_cli_errors(case, tiny_run, tmp_path):
     from myxtts.cli import main
 
     text, reference, run = TEXTS[0], str(bundled_wavs(1)[0]), ["--run", str(tiny_run)]
     expected = {"empty_text": "empty", "unknown_characters": "no character", "missing_reference": "not found",
                 "unreadable_reference": "reference.wav", "missing_run": "not found", "run_without_checkpoint":
-                "No checkpoint", "missing_checkpoint": "Checkpoint not found", "too_long": "max_text_length"}[case]
+                "No checkpoint", "run_without_mel_stats": "mel_stats.json is missing",
+                "missing_checkpoint": "Checkpoint not found", "too_long": "max_text_length"}[case]
     if case == "empty_text":
         text = "   "
     elif case == "unknown_characters":
@@ -164,6 +176,12 @@ def test_cli_errors(case, tiny_run, tmp_path):
         (tmp_path / "empty-run").mkdir()
         (tmp_path / "empty-run" / "config.yaml").write_text((tiny_run / "config.yaml").read_text())
         run = ["--run", str(tmp_path / "empty-run")]
+    elif case == "run_without_mel_stats":
+        import shutil
+
+        shutil.copytree(tiny_run, tmp_path / "old-run")
+        (tmp_path / "old-run" / "mel_stats.json").unlink()
+        run = ["--run", str(tmp_path / "old-run")]
     elif case == "missing_checkpoint":
         run = ["--checkpoint", str(tmp_path / "ckpt-9"), "--config", str(tiny_run / "config.yaml")]
     elif case == "too_long":
@@ -188,3 +206,56 @@ def test_prenet_dropout_is_seeded_and_can_be_turned_off(tiny_run):
     frames = min(first.frames, plain.frames)
     # the first step's input is zeros (nothing to drop); every later step reads the prenet differently
     assert np.abs(first.mel[:frames] - plain.mel[:frames]).mean() > 1e-3
+
+
+# ---- normalised mels: the model's space in, real log mels out ----------------------------------------
+
+def test_mel_stats_round_trip_numpy_tf_and_storage(tmp_path):
+    import tensorflow as tf
+
+    from myxtts.config import config_from_dict
+    from myxtts.data.mel_stats import STD_FLOOR, MelStats
+
+    stats = bundled_mel_stats(config_from_dict({}), count=4)
+    assert stats.mean.dtype == stats.std.dtype == np.float32 and stats.n_mels == 80 and stats.frames > 0
+    log_mel = np.random.default_rng(0).normal(-5.0, 2.5, [37, 80]).astype(np.float32)
+    normalized = stats.normalize(log_mel)
+    assert normalized.dtype == np.float32
+    np.testing.assert_allclose(stats.denormalize(normalized), log_mel, rtol=1e-6, atol=1e-5)
+    tensor = stats.normalize(tf.constant(log_mel)[None])  # TF ops, any leading shape
+    assert tf.is_tensor(tensor) and tensor.shape == (1, 37, 80)
+    np.testing.assert_allclose(tensor.numpy()[0], normalized, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(stats.denormalize(tensor).numpy()[0], log_mel, rtol=1e-6, atol=1e-5)
+    loaded = MelStats.load(stats.save(tmp_path / "mel_stats.json"))
+    np.testing.assert_array_equal(loaded.mean, stats.mean)
+    np.testing.assert_array_equal(loaded.std, stats.std)
+    constant = MelStats.from_mels([np.full([10, 3], -11.5), np.full([4, 3], -11.5)])  # a bin that never moves
+    np.testing.assert_array_equal(constant.std, np.float32(STD_FLOOR))
+    assert np.all(np.isfinite(constant.normalize(np.full([2, 3], -11.5))))
+    identity = MelStats.identity(80)
+    np.testing.assert_array_equal(identity.normalize(log_mel), log_mel)
+
+
+def test_synthesis_normalises_the_reference_and_denormalises_the_output(tiny_run):
+    from myxtts.audio import load_audio
+    from myxtts.data.mel_stats import MelStats
+    from myxtts.synthesis import Synthesizer
+
+    synthesizer = Synthesizer.from_run(tiny_run, prenet_dropout=False)
+    stats = synthesizer.mel_stats
+    np.testing.assert_array_equal(stats.mean, MelStats.load(tiny_run / "mel_stats.json").mean)
+    reference = bundled_wavs(3)[2]
+    mel, length = synthesizer.reference_mel(reference)
+    raw = synthesizer.frontend(load_audio(reference, 22050)).numpy()
+    start = (raw.shape[0] - 96) // 2
+    np.testing.assert_allclose(mel, stats.normalize(raw[start:start + 96]), rtol=1e-6, atol=1e-6)
+    # the same model without statistics returns its raw (normalised-space) output: the run's result is that,
+    # denormalised, and the vocoder receives it
+    raw_model = Synthesizer(synthesizer.cfg, synthesizer.model, synthesizer.vocabulary, prenet_dropout=False)
+    tokens = synthesizer.encode([TEXTS[5]])
+    result = synthesizer.decode_tokens(tokens, [mel], [length])[0]
+    normalized = raw_model.decode_tokens(tokens, [mel], [length])[0]
+    np.testing.assert_allclose(result.mel, stats.denormalize(normalized.mel), rtol=1e-5, atol=1e-5)
+    wave = synthesizer.vocode(result)
+    assert wave.dtype == np.float32 and len(wave) == (result.frames - 1) * 256 and np.all(np.isfinite(wave))
+    np.testing.assert_array_equal(wave, np.asarray(synthesizer.vocoder(result.mel)))

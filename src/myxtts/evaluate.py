@@ -5,7 +5,9 @@ Per clip (the run's validation split by default, or every clip of a corpus folde
 - ``mcd_dtw_db``: MCD-DTW between the real audio and the free-running synthesis (Griffin-Lim), the
   reference voice being another clip of the same speaker (the clip itself when it is the only one);
 - ``teacher_forced_mel_l1``: mean |mel_after - real mel| over real frames with the true previous frames
-  fed to the decoder (what the training loss measures, here on held-out audio);
+  fed to the decoder (what the training loss measures, here on held-out audio), in log-mel units: the
+  model's normalised output is denormalised with the run's mel statistics first, so the figure compares
+  across runs and statistics;
 - ``stop_accuracy``: share of real decoder steps whose teacher-forced stop decision (sigmoid > 0.5) is
   right (1 only on the last step);
 - ``attention_diagonality`` / ``focus_rate`` of the free-running alignment (and ``teacher_forced_*``);
@@ -102,6 +104,9 @@ class TeacherForcing:
         return self.functions[key]
 
     def __call__(self, tokens: np.ndarray, mel: np.ndarray, reference_mel: np.ndarray, reference_length: int) -> dict:
+        """``mel``: the real log mel ``[frames, n_mels]`` (normalised here for the model); ``reference_mel``: the
+        normalised reference (``Synthesizer.reference_mel``). The returned ``mel_after`` is a real log mel."""
+        stats = self.synthesizer.mel_stats
         r = self.synthesizer.lengths.reduction_factor
         text_len = self.synthesizer.lengths.text_bucket(len(tokens))
         limit = self.synthesizer.model.dims.max_positions * r
@@ -110,7 +115,7 @@ class TeacherForcing:
         padded_tokens = np.full([1, text_len], PAD_ID, np.int32)
         padded_tokens[0, : len(tokens)] = tokens
         padded_mel = np.zeros([1, frames, mel.shape[1]], np.float32)
-        padded_mel[0, :true_frames] = mel[:true_frames]
+        padded_mel[0, :true_frames] = stats.normalize(mel[:true_frames])  # zero padding after normalising
         batch = {"tokens": padded_tokens, "token_lengths": np.array([len(tokens)], np.int32), "mel": padded_mel,
                  "mel_lengths": np.array([true_frames], np.int32), "reference_mel": reference_mel[None],
                  "reference_lengths": np.array([reference_length], np.int32), "speaker_ids": np.zeros([1], np.int32)}
@@ -121,10 +126,11 @@ class TeacherForcing:
         stop_target[-1] = True
         stop_decisions = 1.0 / (1.0 + np.exp(-outputs["stop_logits"][:steps])) > STOP_THRESHOLD
         alignment = outputs["alignments"][:steps, : len(tokens)]
-        return {"teacher_forced_mel_l1": float(np.mean(np.abs(outputs["mel_after"][:true_frames] - mel[:true_frames]))),
+        mel_after = stats.denormalize(outputs["mel_after"][:true_frames])  # [true_frames, n_mels] real log mel
+        return {"teacher_forced_mel_l1": float(np.mean(np.abs(mel_after - mel[:true_frames]))),
                 "stop_accuracy": float(np.mean(stop_decisions == stop_target)),
                 "teacher_forced_attention_diagonality": attention_diagonality(alignment),
-                "teacher_forced_focus_rate": focus_rate(alignment), "mel_after": outputs["mel_after"][:true_frames]}
+                "teacher_forced_focus_rate": focus_rate(alignment), "mel_after": mel_after}
 
 
 def evaluate(synthesizer: Synthesizer, entries: list[CorpusEntry], pool: list[CorpusEntry],
@@ -139,7 +145,7 @@ def evaluate(synthesizer: Synthesizer, entries: list[CorpusEntry], pool: list[Co
         real_wave = load_audio(entry.audio_path, rate)  # [samples]
         real_mel = synthesizer.frontend(real_wave).numpy()  # [frames, n_mels]
         reference = pick_reference(entry, pool)
-        reference_mel, reference_length = synthesizer.reference_mel(reference.audio_path)
+        reference_mel, reference_length = synthesizer.reference_mel(reference.audio_path)  # normalised
         tokens = synthesizer.encode([entry.text])[0]
         synthesizer.warm_up(len(tokens), batch_size=1)  # the real-time factor excludes compilation
         started = time.perf_counter()

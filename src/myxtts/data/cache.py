@@ -1,6 +1,6 @@
 """FeatureCache: the prepared features of a corpus, streamed from disk one utterance at a time.
 
-Layout of ``cfg.cache_dir`` (written by ``myxtts prepare``, format 2):
+Layout of ``cfg.cache_dir`` (written by ``myxtts prepare``, format 3):
 
 - ``utterances/XX/KEY.utt``: one file per accepted utterance, random access by path (so the pipeline
   shuffles row indices, not features, and reads any other utterance of the speaker as a reference).
@@ -14,8 +14,10 @@ Layout of ``cfg.cache_dir`` (written by ``myxtts prepare``, format 2):
   int32). Small (lengths and tokens only): the bucket plan, stats and the pipeline read it, never
   the features;
 - ``manifest.json``: counts, hours, speaker and language tables, feature hash, per-split ids, the
-  corpus fingerprint and per-clip fingerprints (``clips``), versions. Written last and atomically: a
-  cache without a manifest (a crash mid-prepare) is never used;
+  corpus fingerprint and per-clip fingerprints (``clips``), versions, and ``mel_stats``: the per-bin
+  mean / std of the train split's log mels (``myxtts.data.mel_stats``; the pipeline normalises with
+  them). Written last and atomically: a cache without a manifest (a crash mid-prepare) is never used,
+  nor one without ``mel_stats`` (format 2: rebuilt by prepare);
 - ``vocab.json`` (the Vocabulary), ``rejected.csv``, ``bucket_plan.json``.
 """
 
@@ -28,13 +30,15 @@ from typing import Any
 
 import numpy as np
 
+from myxtts.data.mel_stats import MelStats, MelStatsError
+
 MANIFEST_FILE = "manifest.json"
 VOCAB_FILE = "vocab.json"
 REJECTED_FILE = "rejected.csv"
 INDEX_FILE = "index.npz"
 UTTERANCE_DIR = "utterances"
 SPLITS = ("train", "validation")
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: manifest["mel_stats"] (normalised mels); 2: one file per utterance
 UTTERANCE_MAGIC = 0x31545558  # b"XUT1" little-endian
 HEADER_BYTES = 16
 
@@ -76,7 +80,7 @@ def check_manifest(cache_dir: Path, expected_hash: str,
         return None, f"no complete cache in {cache_dir} (manifest.json missing)"
     if manifest.get("format_version") != FORMAT_VERSION:
         return None, (f"cache format {manifest.get('format_version')} is not the current format {FORMAT_VERSION} "
-                      "(one file per utterance)")
+                      "(one file per utterance, with the train split's mel statistics)")
     if manifest.get("feature_hash") != expected_hash:
         changed = "".join(_changed_keys(manifest.get("feature_params", {}), current_params or {}))
         return None, (f"feature hash changed ({manifest.get('feature_hash')} -> {expected_hash}): audio, text, "
@@ -87,7 +91,26 @@ def check_manifest(cache_dir: Path, expected_hash: str,
         return None, f"incomplete cache: {path} is missing or has the wrong size"
     if not (cache_dir / VOCAB_FILE).is_file():
         return None, f"incomplete cache: {cache_dir / VOCAB_FILE} missing"
+    try:
+        manifest_mel_stats(cache_dir, manifest)
+    except CacheError as err:
+        return None, str(err)
     return manifest, ""
+
+
+def manifest_mel_stats(cache_dir: Path, manifest: dict[str, Any]) -> MelStats:
+    """The train split's per-bin mel statistics stored in ``manifest`` (``mel_stats``); CacheError naming the
+    manifest when they are missing or malformed."""
+    path = Path(cache_dir) / MANIFEST_FILE
+    if "mel_stats" not in manifest:
+        raise CacheError(f"no mel statistics in {path} (a cache from before normalised mels)")
+    try:
+        stats = MelStats.from_dict(manifest["mel_stats"], f"{path} ('mel_stats')")
+    except MelStatsError as err:
+        raise CacheError(str(err).rstrip(".")) from None
+    if "n_mels" in manifest and stats.n_mels != int(manifest["n_mels"]):
+        raise CacheError(f"{path}: mel statistics of {stats.n_mels} bins for {manifest['n_mels']} mel bins")
+    return stats
 
 
 def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -189,6 +212,24 @@ class FeatureCache:
     @property
     def n_mels(self) -> int:
         return int(self.manifest["n_mels"])
+
+    @property
+    def mel_stats(self) -> MelStats:
+        """Per-bin mean / std of the train split's log mels (what the pipeline normalises with); CacheError
+        naming the cache when the manifest has none."""
+        try:
+            return manifest_mel_stats(self.cache_dir, self.manifest)
+        except CacheError as err:
+            raise CacheError(f"Cannot use the feature cache {self.cache_dir}: {err}. Run `myxtts prepare --config "
+                             "<your config>` to (re)build it.") from None
+
+    @property
+    def mel_mean(self) -> np.ndarray:
+        return self.mel_stats.mean  # [n_mels] float32
+
+    @property
+    def mel_std(self) -> np.ndarray:
+        return self.mel_stats.std  # [n_mels] float32, >= mel_stats.STD_FLOOR
 
     def paths(self) -> list[str]:
         """Absolute path of every utterance file, in row order."""

@@ -21,6 +21,13 @@ Two sources, same batch-dict contract (docs/architecture.md):
   so epochs after the first skip decoding) -> shuffle -> repeat -> reference map -> bucket + pad ->
   prefetch.
 
+Normalised mels: both sources normalise the target and the reference mel per mel bin, ``(mel - mean) /
+std`` (TF ops, before padding, so padding stays exactly 0), with the train split's statistics that
+``prepare`` stored in the manifest (``myxtts.data.mel_stats``; ``InputPipeline.mel_stats``). The on-the-fly
+source uses the same manifest statistics (computed from the cached float16 mels of the same front-end), so
+``use_tf_native_loading`` still needs ``myxtts prepare``; a cache without them is a CacheError saying to
+run it.
+
 Buckets: ``group_by_window`` keyed by the bucket id with a per-bucket ``padded_batch`` to the bucket
 shape, ``drop_remainder=True``; every batch therefore has exactly one shape of ``signatures()``.
 The validation split (repeat=False) pads each bucket's rows to a whole number of batches by repeating
@@ -119,6 +126,7 @@ class _CacheSource:
         self.ids, self.manifest = c.ids, c.manifest
         self.token_lengths, self.mel_lengths, self.speaker_ids = c.token_lengths, c.mel_lengths, c.speaker_ids
         self.n_mels = c.n_mels
+        self.mel_stats = c.mel_stats  # CacheError naming the cache when the manifest has none
         self.paths = tf.constant(c.paths())  # [utterances] string
 
     def _read(self, row: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -126,15 +134,15 @@ class _CacheSource:
 
     def parse(self, row: tf.Tensor) -> dict[str, tf.Tensor]:
         tokens, mel = self._read(row)
-        mel = tf.cast(mel, tf.float32)  # [frames, n_mels]
+        mel = self.mel_stats.normalize(tf.cast(mel, tf.float32))  # [frames, n_mels]
         return {"tokens": tokens, "mel": tf.ensure_shape(mel, [None, self.n_mels])}
 
     def reference_mel(self, row: tf.Tensor, frames: int, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         _, mel = self._read(row)  # [frames_row, n_mels] float16
         mel = tf.ensure_shape(mel, [None, self.n_mels])
         start = crop_start(tf.shape(mel)[0], frames, seed)
-        reference, length = crop_and_pad(mel, start, frames)  # crop first, then cast only the crop
-        return tf.cast(reference, tf.float32), length
+        piece = self.mel_stats.normalize(tf.cast(mel[start:start + frames], tf.float32))  # crop, then cast the crop
+        return crop_and_pad(piece, 0, frames)  # zero padding after normalising
 
 
 class _WavSource:
@@ -152,6 +160,7 @@ class _WavSource:
             raise CacheError(f"data.use_tf_native_loading needs the index of `myxtts prepare` (accepted ids, "
                              f"tokens, splits, speakers): {err}") from None
         self.manifest = cache.manifest
+        self.mel_stats = cache.mel_stats  # the manifest's train-split statistics (prepare computes them)
         by_id = {e.id: e for e in read_corpus(cfg.corpus_path, cfg.data.corpus_format, cfg.data.language).entries}
         missing = [utterance_id for utterance_id in cache.ids if utterance_id not in by_id]
         if missing:
@@ -182,7 +191,7 @@ class _WavSource:
         from myxtts.audio import tf_load_wav
 
         waveform = tf_load_wav(tf.gather(self.paths, row), self.sample_rate)  # [samples]
-        return {"tokens": self.tokens[row], "mel": self._mel(waveform)}
+        return {"tokens": self.tokens[row], "mel": self.mel_stats.normalize(self._mel(waveform))}
 
     def reference_mel(self, row: tf.Tensor, frames: int, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         from myxtts.audio import tf_load_wav
@@ -192,7 +201,7 @@ class _WavSource:
         start = crop_start(length, frames, seed)
         # the samples behind frames [start, start + frames): frame i is centred on sample i * hop
         piece = waveform[start * self.hop:(start + frames - 1) * self.hop + 1]
-        return crop_and_pad(self._mel(piece), 0, frames)
+        return crop_and_pad(self.mel_stats.normalize(self._mel(piece)), 0, frames)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,6 +228,7 @@ class InputPipeline:
         d = cfg.data
         self.source = _WavSource(cfg) if d.use_tf_native_loading else _CacheSource(cfg, cache)
         s = self.source
+        self.mel_stats = s.mel_stats  # MelStats: batches hold (log mel - mean) / std; the trainer saves them
         self.plan = self._load_plan()
         self.row_buckets = self.plan.assign(s.token_lengths, s.mel_lengths)  # [utterances], -1 = fits no bucket
         wanted = set(s.manifest["splits"][split])

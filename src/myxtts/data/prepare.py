@@ -5,6 +5,9 @@ encodes in the clip's language) and either accepted or written to ``rejected.csv
 reason. Accepted clips get their log mel computed with ``MelFrontend`` and written to one file per
 utterance (see ``myxtts.data.cache`` for the layout). Clips are processed by ``workers`` threads
 (decode, resampling and the mel's TF ops all release the GIL, so the cores are busy in parallel).
+Then the per-bin mean / std of the train split's log mels (``myxtts.data.mel_stats``) are computed
+from the cached utterance files (float64, one file at a time) and stored in the manifest; an update
+recomputes them unless the train split's files are exactly the previous ones.
 
 Freshness: the manifest records a fingerprint per clip (path, size, modification time, text,
 speaker, language; ``myxtts.data.fingerprint``) and of the whole corpus. A rerun compares them:
@@ -40,11 +43,12 @@ import numpy as np
 
 from myxtts.data.buckets import PLAN_FILE, BucketParams, BucketPlan, log_misfits, plan_buckets
 from myxtts.data.cache import (FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, REJECTED_FILE, UTTERANCE_DIR, VOCAB_FILE,
-                               CacheError, FeatureCache, check_manifest, feature_params, load_index, save_index,
-                               write_utterance)
+                               CacheError, FeatureCache, check_manifest, feature_params, load_index, read_utterance,
+                               save_index, write_utterance)
 from myxtts.data.corpus import CorpusEntry, Rejection, read_corpus
 from myxtts.data.fingerprint import CorpusDiff, clip_fingerprint, corpus_fingerprint, diff_corpus
 from myxtts.data.language import TextProcessors
+from myxtts.data.mel_stats import MelStats, MelStatsAccumulator
 
 logger = logging.getLogger(__name__)
 
@@ -121,8 +125,9 @@ def prepare(cfg: Any, force: bool = False, progress: bool = True,
     if previous:
         reason = f"corpus changed: {diff.describe()}"
     echo(f"Preparing features: {reason}.")
+    previous_stats = manifest.get("mel_stats") if previous else None
     manifest = _build(cfg, cache_dir, corpus, fingerprints, previous, kept, diff, progress,
-                      workers or os.cpu_count() or 1)
+                      workers or os.cpu_count() or 1, previous_stats)
     rejections = _read_rejections(cache_dir)
     return PrepareResult(cache_dir, False, reason, manifest, rejections, time.perf_counter() - started)
 
@@ -216,7 +221,8 @@ def _previous_clips(cache_dir: Path, manifest: dict[str, Any] | None) -> tuple[d
 
 
 def _build(cfg: Any, cache_dir: Path, corpus: Any, fingerprints: dict[str, str], previous: dict[str, Any],
-           kept: dict[str, _Clip], diff: CorpusDiff, progress: bool, workers: int) -> dict[str, Any]:
+           kept: dict[str, _Clip], diff: CorpusDiff, progress: bool, workers: int,
+           previous_stats: dict[str, Any] | None = None) -> dict[str, Any]:
     from tqdm import tqdm
 
     from myxtts.audio import MelFrontend
@@ -288,6 +294,9 @@ def _build(cfg: Any, cache_dir: Path, corpus: Any, fingerprints: dict[str, str],
         table[utterance_id] = {"fingerprint": fingerprints[utterance_id],
                                "rejected": [rejection.reason, rejection.file, detail]}
     counts = Counter(r.reason for r in rejections)
+    train_ids = [i for i in ids if i not in validation]
+    mel_stats = train_mel_stats(cache_dir, [clips[i].file for i in train_ids], cfg.audio.n_mels, workers,
+                                previous_stats)
     manifest = {
         "format_version": FORMAT_VERSION,
         "feature_hash": feature_hash,
@@ -309,7 +318,8 @@ def _build(cfg: Any, cache_dir: Path, corpus: Any, fingerprints: dict[str, str],
         "n_mels": cfg.audio.n_mels,
         "mel_dtype": "float16",
         "vocab_size": len(processors.vocabulary),
-        "splits": {"train": [i for i in ids if i not in validation], "validation": [i for i in ids if i in validation]},
+        "splits": {"train": train_ids, "validation": [i for i in ids if i in validation]},
+        "mel_stats": mel_stats,
         "index": {"file": INDEX_FILE, "bytes": index_bytes},
         "clips": table,
     }
@@ -317,6 +327,30 @@ def _build(cfg: Any, cache_dir: Path, corpus: Any, fingerprints: dict[str, str],
     _atomic_write(cache_dir / MANIFEST_FILE, json.dumps(manifest, indent=0))  # last: makes the cache valid
     _remove_unreferenced(cache_dir, {clips[i].file for i in ids})
     return manifest
+
+
+def train_mel_stats(cache_dir: Path, files: list[str], n_mels: int, workers: int = 1,
+                    previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The manifest's ``mel_stats``: per-bin mean / std over every frame of the utterance ``files`` (the train
+    split, relative to ``cache_dir``), float64, streamed file by file (memory flat in the corpus size), plus a
+    digest of ``files``. ``previous`` (the last manifest's entry) is reused when the digest is equal: an
+    utterance file's name covers its clip's fingerprint and the feature hash, so equal names are equal mels."""
+    digest = hashlib.sha256("\n".join(files).encode("utf-8")).hexdigest()[:24]
+    if previous and previous.get("files_digest") == digest:
+        try:
+            if MelStats.from_dict(previous).n_mels == n_mels:
+                return previous
+        except ValueError:
+            pass  # malformed: recompute
+    accumulator = MelStatsAccumulator(n_mels)
+    chunk = 64 * max(1, workers)  # files in flight: bounded, whatever the corpus size
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:  # reads and float64 moments overlap
+        for start in range(0, len(files), chunk):
+            # map yields in order: the merge order, hence the float64 result, does not depend on thread timing
+            for moments in pool.map(lambda file: MelStatsAccumulator.moments(read_utterance(cache_dir / file)[1]),
+                                    files[start:start + chunk]):
+                accumulator.merge(*moments)
+    return {**accumulator.result().to_dict(), "split": "train", "files_digest": digest}
 
 
 def _remove_unreferenced(cache_dir: Path, referenced: set[str]) -> None:

@@ -1,9 +1,11 @@
-"""Restore (config, model, vocabulary) from a training run directory or a checkpoint + config.
+"""Restore (config, model, vocabulary, mel statistics) from a training run directory or a checkpoint + config.
 
 Run directory layout written by ``myxtts.training`` (what this module relies on)::
 
     RUN_DIR/config.yaml       the resolved config (myxtts.config.save_config)
     RUN_DIR/vocab.json        the Vocabulary (else the one of the config's cache_dir)
+    RUN_DIR/mel_stats.json    per-bin mel mean / std the model's mels are normalised with (required: synthesis
+                              normalises the reference mel and denormalises the output with them)
     RUN_DIR/checkpoints/      tf.train.CheckpointManager files (ckpt-N.index / .data-*, `checkpoint`)
 
 The checkpoint holds the model under the key ``model`` (``tf.train.Checkpoint(model=model, ...)``);
@@ -17,6 +19,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from myxtts.config import Config, load_config
+from myxtts.data.mel_stats import MEL_STATS_FILE, MelStats, MelStatsError
 from myxtts.model import XTTSModel, build_model
 from myxtts.text import Vocabulary
 
@@ -53,6 +56,47 @@ def find_vocabulary(cfg: Config, *folders: Path) -> Vocabulary:
                 raise RunError(f"Cannot load the vocabulary {path}: {err}") from None
     # the symbol set is fixed in code per text config, so this is the same table prepare saved
     return Vocabulary.for_config(cfg.text)
+
+
+def load_run_mel_stats(run_dir: str | Path, cfg: Config | None = None) -> MelStats:
+    """The mel statistics of a run (``RUN_DIR/mel_stats.json``, written by the trainer); RunError naming the file
+    when it is missing or does not fit ``cfg.audio.n_mels``."""
+    path = Path(run_dir) / MEL_STATS_FILE
+    try:
+        stats = MelStats.load(path)
+    except MelStatsError as err:
+        raise RunError(f"{err} The run's mel statistics (the normalisation its model was trained with, written "
+                       f"by `myxtts train` next to vocab.json) are needed to synthesize; runs trained before mels "
+                       "were normalised must be retrained.") from None
+    _check_n_mels(stats, cfg, path)
+    return stats
+
+
+def find_mel_stats(cfg: Config, *folders: Path) -> MelStats:
+    """``mel_stats.json`` of the first folder holding one (a checkpoint's folder, its run), else the statistics of
+    the config's prepared cache; RunError naming every place looked at."""
+    from myxtts.data.cache import CacheError, manifest_mel_stats, read_manifest
+
+    for folder in folders:
+        if (Path(folder) / MEL_STATS_FILE).is_file():
+            return load_run_mel_stats(folder, cfg)
+    manifest = read_manifest(cfg.cache_dir)
+    try:
+        if manifest is not None:
+            stats = manifest_mel_stats(cfg.cache_dir, manifest)
+            _check_n_mels(stats, cfg, cfg.cache_dir / "manifest.json")
+            return stats
+    except CacheError:
+        pass
+    looked = [f"{Path(folder) / MEL_STATS_FILE} missing" for folder in folders]
+    looked.append(f"no usable 'mel_stats' in {cfg.cache_dir / 'manifest.json'}")
+    raise RunError(f"No mel statistics found ({'; '.join(looked)}): they are the normalisation the model was "
+                   "trained with. Use the run directory (--run), or run `myxtts prepare` for the config's corpus.")
+
+
+def _check_n_mels(stats: MelStats, cfg: Config | None, source: Path) -> None:
+    if cfg is not None and stats.n_mels != cfg.audio.n_mels:
+        raise RunError(f"{source}: mel statistics of {stats.n_mels} bins, but audio.n_mels is {cfg.audio.n_mels}.")
 
 
 def restore_model(cfg: Config, vocabulary: Vocabulary, checkpoint: str | Path) -> XTTSModel:
@@ -100,17 +144,23 @@ def load_model_from_run(run_dir: str | Path, config: str | Path | None = None
     return cfg, restore_model(cfg, vocab, latest_checkpoint(run_dir)), vocab
 
 
-def save_run(run_dir: str | Path, cfg: Config, model: XTTSModel, vocabulary: Vocabulary) -> str:
-    """Write a run directory in the trainer's layout (config, vocabulary, one checkpoint); returns its prefix.
+def save_run(run_dir: str | Path, cfg: Config, model: XTTSModel, vocabulary: Vocabulary,
+             mel_stats: MelStats | None = None) -> str:
+    """Write a run directory in the trainer's layout (config, vocabulary, mel statistics, one checkpoint); returns
+    its prefix. ``mel_stats``: default the config's prepared cache's (RunError without a cache).
 
     Used by tests and benchmarks to synthesize from a freshly built model without training.
     """
     from myxtts.config import save_config
 
     run_dir = Path(run_dir)
+    if mel_stats is None:
+        mel_stats = find_mel_stats(cfg)
+    _check_n_mels(mel_stats, cfg, Path("mel_stats"))
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / CONFIG_FILE)
     vocabulary.save(run_dir / VOCAB_FILE)
+    mel_stats.save(run_dir / MEL_STATS_FILE)
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(run_dir / CHECKPOINT_DIR),
                                          max_to_keep=1)
     return manager.save(checkpoint_number=0)

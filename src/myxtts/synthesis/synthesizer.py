@@ -1,4 +1,10 @@
-"""Synthesizer: text + a reference voice clip -> waveform, through the compiled decoder and a vocoder."""
+"""Synthesizer: text + a reference voice clip -> waveform, through the compiled decoder and a vocoder.
+
+The model reads and writes normalised log mels (``myxtts.data.mel_stats``: per-bin ``(log_mel - mean) / std``
+of the training data, the run's ``mel_stats.json``). ``reference_mel`` returns the normalised conditioning mel
+the model takes (what ``decode_tokens`` expects); ``SynthesisResult.mel`` is the denormalised, real log mel
+(what the vocoder, the plots and the metrics take).
+"""
 
 from __future__ import annotations
 
@@ -14,10 +20,12 @@ import tensorflow as tf
 from myxtts.audio import MelFrontend, load_audio
 from myxtts.config import Config
 from myxtts.data.language import run_text_processor
+from myxtts.data.mel_stats import MelStats
 from myxtts.model import XTTSModel
 from myxtts.synthesis.decoding import ENDED_BY_NAMES, CompiledDecoder
 from myxtts.synthesis.lengths import LengthPolicy
-from myxtts.synthesis.loading import load_model_from_checkpoint, load_model_from_run
+from myxtts.synthesis.loading import (find_mel_stats, load_model_from_checkpoint, load_model_from_run,
+                                     load_run_mel_stats)
 from myxtts.text import PAD_ID, Vocabulary
 from myxtts.vocoder import GriffinLim, Vocoder
 
@@ -30,7 +38,7 @@ class SynthesisResult:
 
     text: str
     tokens: np.ndarray  # [tokens] int32 (bos + ids + eos)
-    mel: np.ndarray  # [frames, n_mels] log mel after the postnet (true length)
+    mel: np.ndarray  # [frames, n_mels] log mel after the postnet (true length), denormalised: a real log mel
     alignment: np.ndarray  # [steps, tokens] cross-attention of the alignment layer over the text
     stop_probabilities: np.ndarray  # [steps]
     stopped_by_token: bool  # the stop token ended it (see ended_by)
@@ -57,16 +65,22 @@ class Synthesizer:
 
     def __init__(self, cfg: Config, model: XTTSModel, vocabulary: Vocabulary, vocoder: Vocoder | None = None,
                  length_policy: LengthPolicy | None = None, batch_size: int = 1,
-                 monotonic_attention: bool = False, alignment_stop: bool = True, prenet_dropout: bool = True) -> None:
-        """``monotonic_attention``: restrict the aligning layer to a forward-moving window of the text while
-        decoding (decoding.WINDOW_BEHIND / WINDOW_AHEAD): a guard against skipping / repeating for briefly
-        trained models; off by default (the model's own alignment). ``alignment_stop``: also end an utterance
-        when its alignment has reached the end of the text (decoding.update_end_dwell); on by default.
+                 monotonic_attention: bool = False, alignment_stop: bool = True, prenet_dropout: bool = True,
+                 mel_stats: MelStats | None = None) -> None:
+        """``mel_stats``: the normalisation the model was trained with (``from_run`` / ``from_checkpoint`` load the
+        run's); None only for a model trained on raw log mels (identity). ``monotonic_attention``: restrict the
+        aligning layer to a forward-moving window of the text while decoding (decoding.WINDOW_BEHIND /
+        WINDOW_AHEAD): a guard against skipping / repeating for briefly trained models; off by default (the
+        model's own alignment). ``alignment_stop``: also end an utterance when its alignment has reached the end
+        of the text (decoding.update_end_dwell); on by default.
         ``prenet_dropout``: keep the decoder prenet's dropout on while decoding, as in training
         (decoding.PRENET_SEED); on by default."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
         self.cfg, self.model, self.vocabulary = cfg, model, vocabulary
+        self.mel_stats = mel_stats if mel_stats is not None else MelStats.identity(cfg.audio.n_mels)
+        if self.mel_stats.n_mels != cfg.audio.n_mels:
+            raise ValueError(f"mel_stats has {self.mel_stats.n_mels} bins but audio.n_mels is {cfg.audio.n_mels}.")
         self.text_processor = run_text_processor(cfg, vocabulary)  # data.language's cleaner / voice, as prepare
         self.frontend = MelFrontend(cfg.audio)
         self.vocoder = vocoder if vocoder is not None else GriffinLim(cfg.audio)
@@ -86,21 +100,23 @@ class Synthesizer:
         from myxtts.synthesis.loading import latest_checkpoint
 
         cfg, model, vocabulary = load_model_from_run(run_dir, config)
-        synthesizer = cls(cfg, model, vocabulary, **kwargs)
+        synthesizer = cls(cfg, model, vocabulary, mel_stats=load_run_mel_stats(run_dir, cfg), **kwargs)
         synthesizer.checkpoint = latest_checkpoint(run_dir)
         return synthesizer
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str | os.PathLike, config: str | os.PathLike, **kwargs) -> "Synthesizer":
         cfg, model, vocabulary = load_model_from_checkpoint(checkpoint, config)
-        synthesizer = cls(cfg, model, vocabulary, **kwargs)
+        folder = Path(checkpoint) if Path(checkpoint).is_dir() else Path(checkpoint).parent
+        synthesizer = cls(cfg, model, vocabulary, mel_stats=find_mel_stats(cfg, folder, folder.parent), **kwargs)
         synthesizer.checkpoint = str(checkpoint)
         return synthesizer
 
     # ---- inputs ---------------------------------------------------------------------------------
     def reference_mel(self, reference: "str | os.PathLike | np.ndarray") -> tuple[np.ndarray, int]:
-        """A reference clip (path in any format, or a waveform at the configured rate) -> the
-        conditioning mel ``[data.reference_frames, n_mels]`` (centre crop or zero padding) and its true length."""
+        """A reference clip (path in any format, or a waveform at the configured rate) -> the normalised
+        conditioning mel ``[data.reference_frames, n_mels]`` (centre crop, or zero padding after normalising, as
+        the pipeline) and its true length."""
         if isinstance(reference, (str, os.PathLike)):
             waveform = load_audio(reference, self.sample_rate)  # raises AudioError naming the file
         else:
@@ -108,7 +124,7 @@ class Synthesizer:
             if waveform.ndim != 1 or waveform.size == 0 or not np.all(np.isfinite(waveform)):
                 raise ValueError("A reference waveform must be a non-empty finite 1-D float array at "
                                  f"audio.sample_rate ({self.sample_rate} Hz).")
-        mel = self.frontend(waveform).numpy()  # [frames, n_mels]
+        mel = self.mel_stats.normalize(self.frontend(waveform).numpy())  # [frames, n_mels] float32
         frames = self.cfg.data.reference_frames
         if mel.shape[0] >= frames:
             start = (mel.shape[0] - frames) // 2  # the middle: away from leading / trailing silence
@@ -128,7 +144,8 @@ class Synthesizer:
     def decode_tokens(self, token_lists: Sequence[np.ndarray], reference_mels: Sequence[np.ndarray],
                       reference_lengths: Sequence[int], batch_size: int | None = None,
                       texts: Sequence[str] | None = None) -> list[SynthesisResult]:
-        """Free-running decoding of many token sequences (each with its own reference mel); no vocoder.
+        """Free-running decoding of many token sequences (each with its own normalised reference mel, see
+        ``reference_mel``); no vocoder. The results' ``mel`` is denormalised (a real log mel).
 
         Items are sorted by length and grouped into batches of ``batch_size`` (the last one padded
         with a 1-step dummy), so each batch uses the smallest text bucket that holds it.
@@ -147,7 +164,8 @@ class Synthesizer:
                 frames = int(outputs["mel_lengths"][slot])
                 results[index] = SynthesisResult(
                     text=texts[index] if texts is not None else "", tokens=tokens,
-                    mel=outputs["mel"][slot, :frames], alignment=outputs["alignments"][slot, :steps, :len(tokens)],
+                    mel=self.mel_stats.denormalize(outputs["mel"][slot, :frames]),  # the real log mel
+                    alignment=outputs["alignments"][slot, :steps, :len(tokens)],
                     stop_probabilities=outputs["stop_probabilities"][slot, :steps],
                     stopped_by_token=bool(outputs["stopped_by_token"][slot]),
                     ended_by=ENDED_BY_NAMES[int(outputs["ended_by"][slot])],

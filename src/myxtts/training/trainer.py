@@ -8,6 +8,7 @@ path but ``next(iterator)`` and the compiled call.
 Run directory (what ``myxtts.synthesis`` relies on)::
 
     WORKDIR/config.yaml  resolved config     WORKDIR/vocab.json   vocabulary of the cache
+    WORKDIR/mel_stats.json  the cache's per-bin mel mean / std: the model's mels are normalised with them
     WORKDIR/checkpoints/ model, optimizer, counters, data iterator
     WORKDIR/metrics.jsonl, WORKDIR/tensorboard/, WORKDIR/retraces.jsonl
 """
@@ -80,6 +81,7 @@ class Trainer:
 
     def stage_data(self) -> None:
         from myxtts.data.cache import VOCAB_FILE
+        from myxtts.data.mel_stats import MEL_STATS_FILE
         from myxtts.data.pipeline import InputPipeline
         from myxtts.text import Vocabulary
 
@@ -92,8 +94,10 @@ class Trainer:
             if self.cfg.data.validation_size else None
         vocab_path = self.cfg.cache_dir / VOCAB_FILE
         self.vocabulary = Vocabulary.load(vocab_path)
+        self.mel_stats = self.train_pipeline.mel_stats  # batches are normalised; synthesis denormalises with these
         if self.chief:
             shutil.copyfile(vocab_path, self.workdir / "vocab.json")
+            self.mel_stats.save(self.workdir / MEL_STATS_FILE)
         # the iterator is checkpointed with the model (its position and shuffle state)
         self.iterator = iter(self.train_pipeline.dataset(repeat=True))
 
@@ -249,7 +253,7 @@ class Trainer:
         frames = int(self.summary_batch["mel_lengths"][0])
         steps = -(-frames // self.cfg.model.reduction_factor)
         tokens = int(self.summary_batch["token_lengths"][0])
-        mel = outputs["mel_after"][0, :frames].numpy()
+        mel = self.mel_stats.denormalize(outputs["mel_after"][0, :frames].numpy())  # the real log mel
         audio = None
         try:
             from myxtts.vocoder import GriffinLim
@@ -258,7 +262,7 @@ class Trainer:
             audio = np.asarray(self._vocoder(mel))
         except ImportError:  # vocoder not available: images only
             pass
-        metrics.images_and_audio(step, mel, self.summary_batch["mel"][0, :frames].numpy(),
+        metrics.images_and_audio(step, mel, self.mel_stats.denormalize(self.summary_batch["mel"][0, :frames].numpy()),
                                  outputs["alignments"][0, :steps, :tokens].numpy(), audio, self.cfg.audio.sample_rate)
 
     def _summary(self, step, start_step, first_loss, last_loss, frames, elapsed, timer, validation_loss,
