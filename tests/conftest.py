@@ -53,13 +53,6 @@ def make_config(tmp_path: Path):
     return build
 
 
-def espeak_available() -> bool:
-    return shutil.which("espeak-ng") is not None
-
-
-requires_espeak = pytest.mark.skipif(not espeak_available(), reason="espeak-ng binary not installed")
-
-
 @pytest.fixture(scope="session")
 def prepared_cache(tmp_path_factory):
     """A Config (configs/mini.yaml settings) whose cache_dir holds the prepared bundled corpus.

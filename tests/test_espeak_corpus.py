@@ -1,17 +1,20 @@
-"""The espeak-ng multi-speaker corpus: rendered, accepted by `myxtts prepare` as 4 speakers, reused on rerun."""
+"""The espeak-ng multi-speaker corpus: rendered, accepted by `myxtts prepare` as 4 speakers, reused on rerun.
+
+espeak-ng is the library bundled by the espeakng-loader wheel: these tests run everywhere."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import soundfile
 import yaml
 from click.testing import CliRunner
 
-from conftest import requires_espeak
 from myxtts.cli import main
-from myxtts.data.espeak_corpus import (VOICES, Sentence, assign_voices, bundled_sentences, read_transcripts,
+from myxtts.data.espeak_corpus import (VOICES, EspeakRenderError, EspeakVoice, Sentence, assign_voices,
+                                       bundled_sentences, open_renderer, read_transcripts, render_corpus,
                                        select_sentences)
 
 SHORT = 12  # the shortest bundled sentences keep the test quick
@@ -48,7 +51,6 @@ def test_read_transcripts_prefers_the_normalized_text(tmp_path: Path) -> None:
         select_sentences(bundled_sentences(), 40)
 
 
-@requires_espeak
 def test_cli_renders_a_corpus_that_prepare_accepts(tmp_path: Path) -> None:
     out = tmp_path / "espeak"
     runner = CliRunner()
@@ -63,7 +65,8 @@ def test_cli_renders_a_corpus_that_prepare_accepts(tmp_path: Path) -> None:
     assert speakers == {voice.name for voice in VOICES[:4]}
     first_path = out / lines[0].split("|")[0]
     info = soundfile.info(str(first_path))
-    assert info.samplerate == 22050 and info.channels == 1 and info.duration > 0.5
+    assert info.samplerate == 22050 and info.channels == 1 and info.duration > 0.5 and info.subtype == "PCM_16"
+    assert not list(out.rglob("*.partial"))
 
     again = runner.invoke(main, args)  # nothing re-rendered, same list
     assert again.exit_code == 0 and f"0 rendered, {SHORT} reused" in again.output
@@ -90,9 +93,61 @@ def test_cli_bad_input_exits_2(tmp_path: Path) -> None:
     assert voices.exit_code == 2 and "--voices" in voices.output
 
 
-def test_missing_espeak_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
-    from myxtts.data import espeak_corpus
+def _pitch(samples: np.ndarray, sample_rate: int = 22050) -> float:
+    """Median f0 (Hz) of the voiced frames: the autocorrelation peak in 60-400 Hz."""
+    frame, hop = 1024, 512
+    signal = samples.astype(np.float64) / 32768.0
+    pitches = []
+    for start in range(0, signal.size - frame, hop):
+        chunk = signal[start:start + frame] * np.hanning(frame)
+        if np.sqrt(np.mean(chunk ** 2)) < 0.02:
+            continue
+        correlation = np.correlate(chunk, chunk, "full")[frame - 1:]
+        low, high = sample_rate // 400, sample_rate // 60
+        lag = low + int(np.argmax(correlation[low:high]))
+        if correlation[lag] > 0.3 * correlation[0]:
+            pitches.append(sample_rate / lag)
+    return float(np.median(pitches))
 
-    monkeypatch.setattr(espeak_corpus.shutil, "which", lambda name: None)
+
+def test_voices_render_real_different_speech(tmp_path: Path) -> None:
+    """Two voices, one sentence: non-silent 22050 Hz mono 16-bit wavs that differ (a low male, a high female)."""
+    text = "Printing, in the only sense with which we are at present concerned."
+    low, high = VOICES[0], VOICES[3]  # us_m3 (pitch 35) and us_f4 (pitch 80)
+    with open_renderer() as renderer:
+        for voice in (low, high):
+            voice.write(renderer, text, tmp_path / f"{voice.name}.wav")
+        again = low.render(renderer, text)
+    clips = {}
+    for voice in (low, high):
+        info = soundfile.info(str(tmp_path / f"{voice.name}.wav"))
+        assert (info.samplerate, info.channels, info.subtype) == (22050, 1, "PCM_16")
+        clips[voice.name], _ = soundfile.read(str(tmp_path / f"{voice.name}.wav"), dtype="int16")
+        samples = clips[voice.name]
+        assert 2.5 < samples.size / 22050 < 8.0  # ~4 s of speech at 165-185 words per minute
+        assert np.sqrt(np.mean((samples / 32768.0) ** 2)) > 0.02  # speech, not silence
+    np.testing.assert_array_equal(again, clips[low.name])  # a fresh library per clip: the same text, the same wav
+    assert _pitch(clips[high.name]) > 1.5 * _pitch(clips[low.name])
+    # every built-in voice renders, and the en-gb variants are applied (gb_f1 is a female voice, gb_m1 male)
+    with open_renderer() as renderer:
+        pitches = {voice.name: _pitch(voice.render(renderer, text)) for voice in VOICES}
+    assert pitches["gb_f1"] > 1.5 * pitches["gb_m1"]
+
+
+def test_unknown_voice_is_a_render_error(tmp_path: Path) -> None:
+    voices = [VOICES[0], EspeakVoice("nobody", "xx-notalanguage+f2", pitch=50, speed=175)]
+    sentences = bundled_sentences()[:2]
+    with pytest.raises(EspeakRenderError, match="no voice 'xx-notalanguage\\+f2'"):
+        render_corpus(sentences, voices, tmp_path, jobs=1, progress=False)
+    assert not list(tmp_path.rglob("*.partial")) and not (tmp_path / "list.txt").exists()
+
+
+def test_missing_espeak_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
+    from myxtts import espeak
+
+    def broken():
+        raise espeak.EspeakUnavailableError("The espeakng-loader package is not installed.")
+
+    monkeypatch.setattr(espeak, "bundled_paths", broken)
     result = CliRunner().invoke(main, ["corpus", "espeak", "--out", str(tmp_path / "out"), "--sentences", "4"])
-    assert result.exit_code == 2 and "espeak-ng binary is not on PATH" in result.output
+    assert result.exit_code == 2 and "espeakng-loader package is not installed" in result.output

@@ -213,7 +213,10 @@ def test_a_changed_corpus_is_detected_and_only_new_or_changed_clips_processed(tm
     assert after.files[after.ids.index(ids[1])] == kept_file  # unchanged clip: same file, not recomputed
     row = after.ids.index(ids[0])
     assert after.mel_lengths[row] < before.mel_lengths[before.ids.index(ids[0])]  # the edited audio
-    assert after.utterance_tokens(after.ids.index(ids[2])).size == len("an entirely different transcript") + 2
+    from myxtts.text import TextProcessor
+
+    edited_tokens = TextProcessor(cfg.text).encode("an entirely different transcript")  # the new transcript's
+    assert after.utterance_tokens(after.ids.index(ids[2])).tolist() == edited_tokens
     on_disk = {p.relative_to(cfg.cache_dir).as_posix() for p in (cfg.cache_dir / "utterances").glob("*/*")}
     assert on_disk == set(after.files)  # files of removed / replaced clips deleted
     third = prepare(cfg, progress=False)

@@ -65,8 +65,9 @@ def test_cli_writes_playable_16bit_wav(tiny_run, tmp_path):
     assert np.sqrt(np.mean(wave ** 2)) > 1e-3  # not silent
     from myxtts.synthesis import Synthesizer
 
-    policy = Synthesizer.from_run(tiny_run).lengths
-    tokens = len(TEXTS[0]) + 2  # the english cleaner keeps this transcript's characters
+    synthesizer = Synthesizer.from_run(tiny_run)
+    policy = synthesizer.lengths
+    tokens = len(synthesizer.encode([TEXTS[0]])[0])  # bos + phonemes + eos, as the CLI encoded the text
     frames = _frames(len(wave), 256)
     assert policy.min_steps(tokens) * 2 - 2 <= frames <= policy.max_steps(tokens) * 2 + 2
     assert "compiled decoder graphs: 1" in result.output

@@ -1,13 +1,15 @@
-"""myxtts.text: normalisation, vocabulary, encoding of the bundled LJSpeech transcripts, phonemes."""
+"""myxtts.text: normalisation, vocabulary, encoding of the bundled LJSpeech transcripts, phonemes (the espeak-ng
+library bundled by the espeakng-loader wheel: these tests run everywhere)."""
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 
 import pytest
 
-from conftest import BUNDLED_CORPUS, requires_espeak
+from conftest import BUNDLED_CORPUS
 from myxtts.config import TextConfig
 from myxtts.text import (BOS_ID, EOS_ID, PAD_ID, PhonemizerError, TextError, TextProcessor, Vocabulary,
                          normalize_text)
@@ -19,6 +21,9 @@ def bundled_transcripts() -> list[str]:
         rows = list(csv.reader(handle, delimiter="|", quoting=csv.QUOTE_NONE))
     assert len(rows) == 32
     return [row[2] for row in rows]
+
+
+CHARACTERS = TextConfig(use_phonemes=False)
 
 
 # ---- normalisation ------------------------------------------------------------------------------
@@ -79,20 +84,29 @@ def test_character_vocabulary_layout():
     assert len(vocabulary) == 3 + 1 + 26 + 11
 
 
+def test_phonemes_are_the_default():
+    assert TextConfig().use_phonemes and Vocabulary.for_config(TextConfig()).kind == "phonemes"
+    assert Vocabulary.for_config(CHARACTERS).kind == "characters"  # characters remain a choice
+
+
 def test_vocabulary_save_load_and_mismatch(tmp_path):
     path = tmp_path / "vocab.json"
-    vocabulary = Vocabulary.for_config(TextConfig())
+    vocabulary = Vocabulary.for_config(CHARACTERS)
     vocabulary.save(path)
     saved = json.loads(path.read_text(encoding="utf-8"))
     assert saved["kind"] == "characters" and saved["cleaner"] == "english"
-    assert Vocabulary.load(path, TextConfig()) == vocabulary
+    assert Vocabulary.load(path, CHARACTERS) == vocabulary
     with pytest.raises(ValueError, match="kind: vocabulary has 'characters', config wants 'phonemes'"):
         Vocabulary.load(path, TextConfig(use_phonemes=True))
     with pytest.raises(ValueError, match="cleaner"):
-        TextProcessor(TextConfig(cleaner="basic"), Vocabulary.load(path))
-    phonemes = Vocabulary.for_config(TextConfig(use_phonemes=True))
+        TextProcessor(TextConfig(cleaner="basic", use_phonemes=False), Vocabulary.load(path))
+    phonemes = Vocabulary.for_config(TextConfig())
     phonemes.save(tmp_path / "phonemes.json")
-    assert Vocabulary.load(tmp_path / "phonemes.json") == phonemes
+    saved = json.loads((tmp_path / "phonemes.json").read_text(encoding="utf-8"))
+    # the phoneme symbol set travels with the vocabulary file (the cache's and the run's vocab.json)
+    assert saved["kind"] == "phonemes" and saved["phoneme_language"] == "en-us"
+    assert {"ð", "æ", "ˈ", "ˌ", "ː"} <= set(saved["symbols"])
+    assert Vocabulary.load(tmp_path / "phonemes.json", TextConfig()) == phonemes
     with pytest.raises(ValueError, match="myxtts prepare"):
         Vocabulary.load(tmp_path / "missing.json")
     (tmp_path / "broken.json").write_text("{not json", encoding="utf-8")
@@ -103,7 +117,7 @@ def test_vocabulary_save_load_and_mismatch(tmp_path):
 # ---- encode / decode ----------------------------------------------------------------------------
 
 def test_every_bundled_transcript_round_trips():
-    processor = TextProcessor(TextConfig())
+    processor = TextProcessor(CHARACTERS)
     known = set(processor.vocabulary.symbols)
     for text in bundled_transcripts():
         ids = processor.encode(text)
@@ -116,31 +130,47 @@ def test_every_bundled_transcript_round_trips():
 
 
 def test_unknown_characters_are_dropped():
-    processor = TextProcessor(TextConfig())
+    processor = TextProcessor(CHARACTERS)
     ids = processor.encode("hello {world} #1 @ ~")
     assert processor.decode(ids) == "hello world one"
+    # phonemes: the same symbols are dropped, not read out by espeak-ng ("hash", "at")
+    phonemes = TextProcessor(TextConfig())
+    assert phonemes.to_symbols("hello {world} #1 @ ~") == phonemes.to_symbols("hello world one")
 
 
 def test_decode_skips_specials_and_rejects_bad_ids():
-    processor = TextProcessor(TextConfig())
+    processor = TextProcessor(CHARACTERS)
     ids = processor.encode("abc") + [PAD_ID, PAD_ID]
     assert processor.decode(ids) == "abc"
     with pytest.raises(ValueError, match="outside the vocabulary"):
         processor.decode([1, 999, 2])
 
 
+@pytest.mark.parametrize("use_phonemes", [True, False])
 @pytest.mark.parametrize("text,reason", [("", "empty_text"), ("   \n", "empty_text"),
-                                         ("日本語のテキスト", "no_known_characters"), ("{}#@", "no_known_characters")])
-def test_text_errors(text, reason):
+                                         ("日本語のテキスト", "no_known_characters"), ("{}#@", "no_known_characters"),
+                                         ("...", "nothing_to_pronounce"), ("?! -- (\"')", "nothing_to_pronounce")])
+def test_text_errors(text, reason, use_phonemes):
     with pytest.raises(TextError) as caught:
-        TextProcessor(TextConfig()).encode(text)
+        TextProcessor(TextConfig(use_phonemes=use_phonemes)).encode(text)
     assert caught.value.reason == reason
     assert isinstance(caught.value, ValueError)
+    if reason == "nothing_to_pronounce":
+        assert "nothing to pronounce" in str(caught.value) and text[:3] in str(caught.value)
 
 
 # ---- phonemes -----------------------------------------------------------------------------------
 
-@requires_espeak
+def test_phonemes_of_a_real_sentence():
+    processor = TextProcessor(TextConfig())
+    symbols = processor.to_symbols("The cat sat on the mat.")
+    assert "ð" in symbols and "æ" in symbols and "ˈ" in symbols  # IPA with stress marks, not letters
+    assert symbols.endswith(".") and " " in symbols  # punctuation and word boundaries kept
+    assert processor.decode(processor.encode("The cat sat on the mat.")) == symbols  # one token per IPA character
+    assert processor.to_symbols("Don't stop, ne-plus-ultra!") == processor.to_symbols("don't stop, ne-plus-ultra!")
+    assert "oʊnt" in processor.to_symbols("don't")  # the apostrophe stays with its word: "don't", not "don t"
+
+
 def test_phonemes_of_bundled_transcripts():
     processor = TextProcessor(TextConfig(use_phonemes=True))
     transcripts = bundled_transcripts()[:12]
@@ -157,23 +187,49 @@ def test_phonemes_of_bundled_transcripts():
         assert [c for c in symbols if c in ",.;"] == [c for c in normalize_text(text) if c in ",.;"]
 
 
-@requires_espeak
 def test_phoneme_vocabulary_mismatch_with_characters():
     with pytest.raises(ValueError, match="kind"):
-        TextProcessor(TextConfig(use_phonemes=True), Vocabulary.for_config(TextConfig()))
+        TextProcessor(TextConfig(use_phonemes=True), Vocabulary.for_config(CHARACTERS))
 
 
-def test_missing_espeak_binary(monkeypatch, tmp_path):
-    empty = tmp_path / "empty_bin"
-    empty.mkdir()
-    monkeypatch.setenv("PATH", str(empty))
-    with pytest.raises(PhonemizerError, match="espeak-ng.*not on PATH.*use_phonemes: false"):
+def test_espeak_library_unavailable(monkeypatch):
+    from myxtts import espeak
+
+    def broken():
+        raise espeak.EspeakUnavailableError("The espeakng-loader package is not installed.")
+
+    monkeypatch.setattr(espeak, "_shared", None)
+    monkeypatch.setattr(espeak, "bundled_paths", broken)
+    with pytest.raises(PhonemizerError, match="espeak-ng library cannot be used.*espeakng-loader.*use_phonemes: false"):
         TextProcessor(TextConfig(use_phonemes=True))
-    TextProcessor(TextConfig())  # characters need no binary
+    TextProcessor(CHARACTERS)  # characters need no library
 
 
-@requires_espeak
-def test_unknown_phoneme_language():
-    processor = TextProcessor(TextConfig(use_phonemes=True, phoneme_language="xx-notalanguage"))
-    with pytest.raises(PhonemizerError, match="text.phoneme_language"):
-        processor.encode("hello")
+@pytest.mark.parametrize("language", ["xx-notalanguage", "en-us+novariant", ""])
+def test_unknown_phoneme_language(language):
+    with pytest.raises(ValueError, match=rf"no voice .*{re.escape(repr(language))}.*text\.phoneme_language.*data\.language") as caught:
+        TextProcessor(TextConfig(use_phonemes=True, phoneme_language=language))
+    assert not isinstance(caught.value, TextError)
+    TextProcessor(TextConfig(use_phonemes=False, phoneme_language=language))  # characters use no voice
+
+
+def test_phoneme_languages_and_voice_switches():
+    english = TextProcessor(TextConfig(phoneme_language="en-us"))
+    british = TextProcessor(TextConfig(phoneme_language="en-gb"))  # found by language (not a voice file name)
+    german = TextProcessor(TextConfig(phoneme_language="de", cleaner="basic"))
+    # the shared library switches voice between calls: each processor keeps its own pronunciation
+    first = [english.to_symbols("tomato"), british.to_symbols("tomato"), german.to_symbols("Bahnhof")]
+    again = [english.to_symbols("tomato"), british.to_symbols("tomato"), german.to_symbols("Bahnhof")]
+    assert first == again and first[0] != first[1]
+    assert "eɪ" in first[0] and "ɑː" in first[1]
+    assert german.to_symbols("5") != ""  # basic cleaner: espeak-ng reads digits in the voice's language
+
+
+def test_phonemes_from_several_threads():
+    from concurrent.futures import ThreadPoolExecutor
+
+    processor = TextProcessor(TextConfig())
+    transcripts = bundled_transcripts()
+    expected = processor.encode_many(transcripts)
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(processor.encode, transcripts)) == expected

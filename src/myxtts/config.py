@@ -79,7 +79,7 @@ class AudioConfig:
 @dataclass(frozen=True)
 class TextConfig:
     cleaner: Literal["english", "basic"] = "english"  # english: numbers, abbreviations, currency
-    use_phonemes: bool = False  # espeak-ng phonemes instead of characters
+    use_phonemes: bool = True  # IPA phonemes from espeak-ng (bundled by pip: espeakng-loader); false: characters
     phoneme_language: str = "en-us"
 
 

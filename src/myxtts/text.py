@@ -1,4 +1,7 @@
-"""Text front-end: normalisation, a fixed vocabulary, and text -> token ids (characters or phonemes).
+"""Text front-end: normalisation, a fixed vocabulary, and text -> token ids (phonemes or characters).
+
+Phonemes (``text.use_phonemes``, the default) come from libespeak-ng 1.52 bundled by the ``espeakng-loader``
+wheel (``myxtts.espeak``): IPA with stress marks, one token per character, punctuation kept.
 
 Token ids are cached by ``prepare``, so the symbol set is fixed in code and saved next to the cache
 (``Vocabulary.save``) with its kind and cleaner; loading it under a different text config fails with a
@@ -10,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
 import unicodedata
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -44,7 +45,8 @@ CLEANERS = ("english", "basic")
 
 
 class TextError(ValueError):
-    """A transcript that cannot be encoded; ``reason`` is ``empty_text`` or ``no_known_characters``."""
+    """A transcript that cannot be encoded; ``reason`` is ``empty_text``, ``no_known_characters`` (nothing the
+    front-end knows after normalisation) or ``nothing_to_pronounce`` (only punctuation, or no phonemes)."""
 
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason
@@ -52,7 +54,7 @@ class TextError(ValueError):
 
 
 class PhonemizerError(RuntimeError):
-    """espeak-ng is missing or failed (a setup problem, not a bad transcript)."""
+    """The bundled espeak-ng library cannot be loaded (a setup problem, not a bad transcript)."""
 
 
 def normalize_text(text: str, cleaner: str = "english") -> str:
@@ -141,47 +143,56 @@ class Vocabulary:
 
 
 # ---------------------------------------------------------------------------------------------
-# espeak-ng phonemes
+# espeak-ng phonemes (the library bundled by the espeakng-loader wheel, myxtts.espeak)
 # ---------------------------------------------------------------------------------------------
 
 # word runs vs punctuation kept verbatim (espeak drops punctuation; apostrophes and hyphens inside words
 # stay with the word so "don't" and "ne-plus-ultra" are pronounced right)
 _PHONEME_SPLIT = re.compile(r"""([!(),.:;?"]+|(?<!\w)['-]+|['-]+(?!\w))""")
 _LANGUAGE_SWITCH = re.compile(r"\([a-z]{2,3}(?:-[a-z0-9]+)*\)")  # espeak's "(fr)...(en)" markers
+_SPOKEN_PUNCTUATION = set(PUNCTUATION) | {" "}
 
 
-def espeak_binary() -> str:
-    binary = shutil.which("espeak-ng")
-    if binary is None:
-        raise PhonemizerError("text.use_phonemes is true but the espeak-ng binary is not on PATH. Install it "
-                              "(Debian/Ubuntu: `apt-get install espeak-ng`, macOS: `brew install espeak-ng`) "
-                              "or set text.use_phonemes: false.")
-    return binary
+def _phonemizer_setup_error(err: Exception) -> PhonemizerError:
+    return PhonemizerError(f"text.use_phonemes is true but the espeak-ng library cannot be used: {err} "
+                           "Or set text.use_phonemes: false to train on characters.")
+
+
+def check_phoneme_language(language: str) -> None:
+    """ValueError naming ``language`` when espeak-ng has no such voice; PhonemizerError: no library."""
+    from myxtts import espeak
+
+    try:
+        espeak.check_voice(language)
+    except espeak.UnknownVoiceError:
+        raise ValueError(f"espeak-ng has no voice for the phoneme language {language!r} (config key "
+                         "'text.phoneme_language', or 'data.language' / a list line's language field, which "
+                         "pick the voice of other languages). Voices are language codes such as en-us, en-gb, "
+                         "de, fr, es, pt-br; or set text.use_phonemes: false.") from None
+    except espeak.EspeakUnavailableError as err:
+        raise _phonemizer_setup_error(err) from None
 
 
 def phonemize(chunks: Sequence[str], language: str) -> list[str]:
-    """IPA for each punctuation-free chunk, with one espeak-ng process for all of them.
+    """IPA (stress marks kept, language-switch markers removed) of each punctuation-free chunk, in one pass
+    through the bundled libespeak-ng with the voice set once."""
+    from myxtts import espeak
 
-    espeak reads stdin line by line; if it ever returns a different number of lines (it split a clause),
-    each chunk is run on its own instead so outputs never shift onto the wrong chunk.
-    """
     if not chunks:
         return []
-    binary = espeak_binary()
+    check_phoneme_language(language)
+    try:
+        lines = espeak.phonemize(chunks, language)
+    except espeak.EspeakUnavailableError as err:
+        raise _phonemizer_setup_error(err) from None
+    return [_WHITESPACE.sub(" ", _LANGUAGE_SWITCH.sub("", line)).strip() for line in lines]
 
-    def run(text: str) -> list[str]:
-        result = subprocess.run([binary, "-q", "--ipa", "-v", language], input=text, capture_output=True,
-                                text=True, encoding="utf-8", check=False)
-        if result.returncode != 0 or "not found" in result.stderr.lower():
-            raise PhonemizerError(f"espeak-ng failed for language {language!r} (config key "
-                                  f"'text.phoneme_language'): {result.stderr.strip() or result.returncode}. "
-                                  "List voices with `espeak-ng --voices`.")
-        return [_LANGUAGE_SWITCH.sub("", line).strip() for line in result.stdout.splitlines()]
 
-    lines = run("\n".join(chunks) + "\n")
-    if len(lines) == len(chunks):
-        return lines
-    return [" ".join(part for part in run(chunk + "\n") if part) for chunk in chunks]
+def _pronounceable(text: str) -> str:
+    """Letters, digits, whitespace and the vocabulary's punctuation: symbols such as '#' or '@' are dropped as
+    they are for characters, not read out by espeak-ng ("hash", "at")."""
+    kept = "".join(char for char in text if char.isalnum() or char.isspace() or char in PUNCTUATION)
+    return _WHITESPACE.sub(" ", kept).strip()
 
 
 def _phoneme_pieces(text: str) -> list[tuple[str, bool]]:
@@ -194,7 +205,9 @@ def _phoneme_pieces(text: str) -> list[tuple[str, bool]]:
 # ---------------------------------------------------------------------------------------------
 
 class TextProcessor:
-    """Transcript -> ``[bos] + ids + [eos]`` (characters, or espeak-ng phonemes with ``text.use_phonemes``)."""
+    """Transcript -> ``[bos] + ids + [eos]`` (espeak-ng phonemes with ``text.use_phonemes``, else characters).
+
+    Raises ValueError at construction when ``text.phoneme_language`` is not an espeak-ng voice."""
 
     def __init__(self, text_cfg: TextConfig, vocabulary: Vocabulary | None = None) -> None:
         self.cfg = text_cfg
@@ -204,7 +217,7 @@ class TextProcessor:
             vocabulary.check_config(text_cfg)
         self.vocabulary = vocabulary
         if text_cfg.use_phonemes:
-            espeak_binary()  # fail at construction, not at the first transcript
+            check_phoneme_language(text_cfg.phoneme_language)  # fail at construction, not at the first transcript
 
     def normalize(self, text: str) -> str:
         return normalize_text(text, self.cfg.cleaner)
@@ -217,7 +230,7 @@ class TextProcessor:
         normalized = [self.normalize(text) for text in texts]
         if not self.cfg.use_phonemes:
             return normalized
-        pieces = [_phoneme_pieces(text) for text in normalized]
+        pieces = [_phoneme_pieces(_pronounceable(text)) for text in normalized]
         word_chunks = [piece.strip() for text_pieces in pieces for piece, is_words in text_pieces
                        if is_words and piece.strip()]
         phonemes = iter(phonemize(word_chunks, self.cfg.phoneme_language))
@@ -238,7 +251,7 @@ class TextProcessor:
         return self.encode_many([text])[0]
 
     def encode_many(self, texts: Iterable[str]) -> list[list[int]]:
-        """Encode many transcripts (phonemes: one espeak-ng process for all). Raises TextError."""
+        """Encode many transcripts (phonemes: one pass through espeak-ng for all). Raises TextError."""
         texts = list(texts)
         for text in texts:
             if not text or not text.strip():
@@ -255,6 +268,11 @@ class TextProcessor:
                                 f"{self.vocabulary.kind} vocabulary knows after normalisation (cleaner "
                                 f"{self.cfg.cleaner!r}); check the text's language/encoding or the "
                                 "text.cleaner / text.use_phonemes settings.")
+            if all(char in _SPOKEN_PUNCTUATION for char in kept):
+                raise TextError("nothing_to_pronounce", f"Transcript {text[:60]!r} has nothing to pronounce "
+                                f"({'its phonemes are' if self.vocabulary.kind == 'phonemes' else 'it is'} "
+                                f"only punctuation: {kept[:40]!r}); give the clip a transcript of its words or "
+                                "remove it from the metadata.")
             encoded.append([BOS_ID] + ids + [EOS_ID])
         return encoded
 

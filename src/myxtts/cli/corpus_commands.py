@@ -1,4 +1,5 @@
-"""Corpus commands: `myxtts corpus espeak` renders a synthetic multi-speaker corpus with espeak-ng."""
+"""Corpus commands: `myxtts corpus espeak` renders a synthetic multi-speaker corpus with espeak-ng (the library
+bundled by the espeakng-loader wheel)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def corpus_group() -> None:
 @click.option("--voices", type=click.IntRange(min=2, max=8), default=4, show_default=True,
               help="How many of the built-in, clearly different espeak-ng voices to use.")
 @click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True,
-              help="espeak-ng processes at once.")
+              help="Clips rendered at once (threads, each with its own copy of the bundled espeak-ng library).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sentence sample and voice assignment.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 @clean_errors(ValueError, OSError, EspeakMissingError, EspeakRenderError)

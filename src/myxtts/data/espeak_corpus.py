@@ -1,5 +1,9 @@
 """A synthetic multi-speaker corpus: sentences rendered by espeak-ng in clearly different voices.
 
+espeak-ng is the library bundled by the ``espeakng-loader`` wheel (``myxtts.espeak``, no system package):
+each clip is rendered by a freshly initialised instance, so it is what ``espeak-ng -w`` would write and does
+not depend on the clips rendered before it.
+
 Output (the ``list`` corpus layout of ``myxtts.data.corpus.read_list``)::
 
     OUT/list.txt                 wavs/<speaker>/<id>.wav|text|speaker   (paths relative to OUT)
@@ -15,13 +19,15 @@ measure must be able to tell them apart (``tests/test_listening.py`` checks it d
 from __future__ import annotations
 
 import os
+import queue
 import random
-import shutil
-import subprocess
+import wave
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
+
+import numpy as np
 
 LIST_FILE = "list.txt"
 BUNDLED_TRANSCRIPTS = Path(__file__).resolve().parents[3] / "data" / "ljspeech-bundled" / "metadata.csv"
@@ -32,12 +38,26 @@ class EspeakVoice:
     """A speaker of the corpus: its name (the list file's speaker field) and how espeak-ng renders it."""
 
     name: str
-    voice: str  # espeak-ng ``-v``: language + variant, e.g. en-us+f2 (see `espeak-ng --voices=en`)
-    pitch: int  # ``-p`` 0..99 (espeak's default 50)
-    speed: int  # ``-s`` words per minute (espeak's default 175)
+    voice: str  # espeak-ng voice: language + variant, e.g. en-us+f2 (variants: espeak-ng-data/voices/!v)
+    pitch: int  # 0..99 (espeak's default 50; ``espeak-ng -p``)
+    speed: int  # words per minute (espeak's default 175; ``espeak-ng -s``)
 
-    def command(self, binary: str, text: str, out_path: Path) -> list[str]:
-        return [binary, "-v", self.voice, "-p", str(self.pitch), "-s", str(self.speed), "-w", str(out_path), text]
+    def render(self, renderer, text: str) -> np.ndarray:
+        """int16 samples at ``SAMPLE_RATE`` (``renderer``: a ``myxtts.espeak.Renderer``)."""
+        return renderer.render(text, self.voice, rate=self.speed, pitch=self.pitch)
+
+    def write(self, renderer, text: str, out_path: str | os.PathLike) -> None:
+        """Render ``text`` into a 22050 Hz mono 16-bit wav (EspeakRenderError when no audio comes out)."""
+        from myxtts.espeak import UnknownVoiceError
+
+        try:
+            samples = self.render(renderer, text)
+        except UnknownVoiceError as err:
+            raise EspeakRenderError(f"espeak-ng cannot render {out_path}: {err} (voice {self.name!r}).") from None
+        if samples.size == 0 or not np.any(samples):
+            raise EspeakRenderError(f"espeak-ng wrote no audio for {out_path} with voice {self.voice!r} "
+                                    f"(text {text[:60]!r}).")
+        write_wav(out_path, samples, renderer.sample_rate)
 
 
 # Ordered so that any prefix holds clearly different voices: male / female alternate, accents and
@@ -54,12 +74,15 @@ VOICES = (
 )
 
 
+SAMPLE_RATE = 22050  # espeak-ng's output rate
+
+
 class EspeakMissingError(RuntimeError):
-    """The espeak-ng binary is not on PATH."""
+    """The bundled espeak-ng library (``espeakng-loader``) cannot be loaded."""
 
 
 class EspeakRenderError(RuntimeError):
-    """espeak-ng ran but wrote no audio (an unknown voice, a crash)."""
+    """espeak-ng wrote no audio (an unknown voice or variant, a failure of the library)."""
 
 
 @dataclass(frozen=True)
@@ -82,12 +105,30 @@ class RenderResult:
                 f"{len(self.speakers)} speakers ({voices})")
 
 
-def espeak_binary() -> str:
-    binary = shutil.which("espeak-ng")
-    if binary is None:
-        raise EspeakMissingError("The espeak-ng binary is not on PATH; it renders the synthetic corpus. Install it "
-                                 "(Debian/Ubuntu: `apt-get install espeak-ng`, macOS: `brew install espeak-ng`).")
-    return binary
+def open_renderer():
+    """A ``myxtts.espeak.Renderer`` (a context manager); EspeakMissingError when the library cannot be loaded."""
+    from myxtts.espeak import EspeakUnavailableError, Renderer
+
+    try:
+        renderer = Renderer()
+    except EspeakUnavailableError as err:
+        raise EspeakMissingError(f"espeak-ng renders the synthetic corpus, but {err}") from None
+    if renderer.sample_rate != SAMPLE_RATE:
+        renderer.close()
+        raise EspeakMissingError(f"The bundled espeak-ng renders at {renderer.sample_rate} Hz, not {SAMPLE_RATE} Hz.")
+    return renderer
+
+
+def write_wav(path: str | os.PathLike, samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> None:
+    """Mono 16-bit PCM, written to ``path.partial`` then renamed (a killed run never leaves a truncated wav)."""
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")
+    with wave.open(str(partial), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(sample_rate)
+        out.writeframes(np.asarray(samples, dtype="<i2").tobytes())
+    os.replace(partial, path)
 
 
 def read_transcripts(path: str | os.PathLike) -> list[Sentence]:
@@ -140,22 +181,21 @@ def assign_voices(sentences: Sequence[Sentence], voices: Sequence[EspeakVoice], 
     return assigned  # type: ignore[return-value]
 
 
-def _render_one(binary: str, voice: EspeakVoice, text: str, target: Path) -> None:
-    partial = target.with_name(target.name + ".partial")  # a killed run never leaves a truncated .wav
-    result = subprocess.run(voice.command(binary, text, partial), capture_output=True, text=True, check=False)
-    if result.returncode != 0 or not partial.is_file() or partial.stat().st_size <= 44:  # 44: header only
-        partial.unlink(missing_ok=True)
-        raise EspeakRenderError(f"espeak-ng failed to render {target} with voice {voice.voice!r} "
-                           f"(exit {result.returncode}): {result.stderr.strip() or 'no audio written'}.")
-    os.replace(partial, target)
+def _render_one(renderers: "queue.SimpleQueue", voice: EspeakVoice, text: str, target: Path) -> None:
+    renderer = renderers.get()  # one renderer (its own copy of the library) per running thread
+    try:
+        voice.write(renderer, text, target)
+    finally:
+        renderers.put(renderer)
 
 
 def render_corpus(sentences: Sequence[Sentence], voices: Sequence[EspeakVoice] | int, out_dir: str | os.PathLike,
                   jobs: int = 2, seed: int = 0, progress: bool = True) -> RenderResult:
     """Render each sentence with its assigned voice into ``out_dir`` and write ``out_dir/list.txt``.
 
-    ``voices``: the voices, or how many of ``VOICES`` to use (2..8). ``jobs`` espeak-ng processes run at
-    once. Existing wav files are kept (delete ``out_dir`` to re-render with changed voice settings).
+    ``voices``: the voices, or how many of ``VOICES`` to use (2..8). ``jobs`` threads render at once, each
+    with its own copy of the library. Existing wav files are kept (delete ``out_dir`` to re-render with
+    changed voice settings).
     """
     if isinstance(voices, int):
         if not 2 <= voices <= len(VOICES):
@@ -175,7 +215,6 @@ def render_corpus(sentences: Sequence[Sentence], voices: Sequence[EspeakVoice] |
         if "|" in sentence.text or "\n" in sentence.text or "/" in sentence.id:
             raise ValueError(f"Sentence {sentence.id!r} cannot go in a list file ('|' or a newline in the text, "
                              "or '/' in the id).")
-    binary = espeak_binary()
     out_dir = Path(out_dir)
     assigned = assign_voices(sentences, voices, seed)
     targets = [out_dir / "wavs" / voice.name / f"{sentence.id}.wav" for sentence, voice in zip(sentences, assigned)]
@@ -185,12 +224,27 @@ def render_corpus(sentences: Sequence[Sentence], voices: Sequence[EspeakVoice] |
 
     from tqdm import tqdm
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool, \
-            tqdm(total=len(missing), desc="espeak-ng", unit="clip", disable=not progress) as bar:
-        futures = [pool.submit(_render_one, binary, assigned[i], sentences[i].text, targets[i]) for i in missing]
-        for future in futures:
-            future.result()  # re-raises the first failure, naming the file and voice
-            bar.update(1)
+    renderers: queue.SimpleQueue = queue.SimpleQueue()
+    opened = []
+    try:
+        for _ in range(min(jobs, len(missing)) if missing else 0):
+            opened.append(open_renderer())
+            renderers.put(opened[-1])
+        with ThreadPoolExecutor(max_workers=max(1, len(opened))) as pool, \
+                tqdm(total=len(missing), desc="espeak-ng", unit="clip", disable=not progress) as bar:
+            futures = [pool.submit(_render_one, renderers, assigned[i], sentences[i].text, targets[i])
+                       for i in missing]
+            try:
+                for future in futures:
+                    future.result()  # re-raises the first failure, naming the file and voice
+                    bar.update(1)
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+    finally:
+        for renderer in opened:
+            renderer.close()
 
     lines = [f"{target.relative_to(out_dir).as_posix()}|{sentence.text}|{voice.name}"
              for sentence, voice, target in zip(sentences, assigned, targets)]
