@@ -1,0 +1,101 @@
+"""The parallel model on real clips: exact durations in several buckets, training without retraces, the
+wall-clock budget, and the config rules of the two decoders."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from myxtts.config import config_from_dict
+
+PARALLEL_TINY = {"preset": "tiny", "decoder": "parallel", "reduction_factor": 1, "d_model": 32, "num_heads": 2,
+                 "ff_dim": 64, "text_layers": 1, "conditioning_layers": 1, "postnet_channels": 32,
+                 "postnet_layers": 2, "decoder_conv_blocks": 2}
+
+
+def parallel_config(prepared, data=None, model=None, training=None):
+    raw = prepared.to_dict()
+    raw["data"].update(corpus_path=str(prepared.corpus_path), cache_dir=str(prepared.cache_dir), **(data or {}))
+    raw["model"] = {**PARALLEL_TINY, **(model or {})}
+    raw["training"].update(**(training or {}))
+    return config_from_dict(raw, base_dir=prepared.base_dir)
+
+
+def test_durations_sum_to_each_mel_length_on_real_clips_in_several_buckets(prepared_cache):
+    from myxtts.data.pipeline import InputPipeline
+    from myxtts.model import build_model
+    from myxtts.text import Vocabulary
+
+    cfg = parallel_config(prepared_cache)
+    vocabulary = Vocabulary.load(cfg.cache_dir / "vocab.json")
+    model = build_model(cfg, len(vocabulary))
+    seen = {}
+    for batch in InputPipeline(cfg, "train").dataset(repeat=False):
+        seen.setdefault(tuple(batch["mel"].shape[:2]), batch)
+    assert len(seen) >= 3  # several buckets of real, unequal lengths
+    for batch in seen.values():
+        outputs = model(batch, training=False)
+        durations = outputs["durations"].numpy()
+        mel_lengths, token_lengths = batch["mel_lengths"].numpy(), batch["token_lengths"].numpy()
+        assert len(set(mel_lengths.tolist())) > 1 or len(mel_lengths) == 1
+        np.testing.assert_array_equal(durations.sum(axis=1), mel_lengths)
+        hard = outputs["hard_alignment"].numpy()
+        for item, (tokens, frames) in enumerate(zip(token_lengths, mel_lengths)):
+            assert (durations[item, :tokens] >= 1).all() and (durations[item, tokens:] == 0).all()
+            path = hard[item, :frames].argmax(axis=1)
+            assert (hard[item, :frames].sum(axis=1) == 1).all()  # each real frame on exactly one token
+            assert path[0] == 0 and path[-1] == tokens - 1 and set(np.diff(path)) <= {0, 1}
+            assert hard[item, frames:].sum() == 0
+        soft = outputs["alignments"].numpy()
+        np.testing.assert_allclose(soft[0, : mel_lengths[0], : token_lengths[0]].sum(axis=1), 1.0, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_parallel_training_learns_without_retracing_and_stops_at_its_time_budget(prepared_cache, tmp_path):
+    from myxtts.training import run
+
+    training = {"max_steps": 60, "learning_rate": 0.003, "warmup_steps": 10, "log_every": 10, "validate_every": 30,
+                "checkpoint_every": 30, "summary_every": 30, "strict_retracing": True}
+    cfg = parallel_config(prepared_cache, data={"num_buckets": 3}, training=training)
+    summary = run(cfg, tmp_path / "run", progress=False, echo=lambda _: None)
+    assert summary["steps"] == 60 and summary["retraces_after_warmup"] == 0 and summary["batch_shapes"] >= 2
+    assert summary["loss_last"] < 0.8 * summary["loss_first"]
+    assert summary["stopped"] == "max_steps"
+
+    # a wall-clock budget: stops early at a checkpoint; a resume with the same budget trains no more, a larger one
+    # continues from where it stopped
+    budget = dict(training, max_steps=100000, checkpoint_every=100000, validate_every=100000, summary_every=0,
+                  max_minutes=0.02)
+    cfg = parallel_config(prepared_cache, data={"num_buckets": 3}, training=budget)
+    first = run(cfg, tmp_path / "budget", progress=False, echo=lambda _: None)
+    assert first["stopped"] == "max_minutes" and 0 < first["steps"] < 100000
+    assert first["checkpoint"].endswith(f"ckpt-{first['steps']}")
+    again = run(cfg, tmp_path / "budget", resume=True, progress=False, echo=lambda _: None)
+    assert again["stopped"] == "max_minutes" and again["steps_this_run"] == 0 and again["steps"] == first["steps"]
+    more = parallel_config(prepared_cache, data={"num_buckets": 3}, training=dict(budget, max_minutes=0.04))
+    later = run(more, tmp_path / "budget", resume=True, progress=False, echo=lambda _: None)
+    assert later["stopped"] == "max_minutes" and later["steps"] > first["steps"]
+
+
+@pytest.mark.parametrize("model, message", [
+    ({"decoder": "parallel"}, "reduction_factor' must be 1"),
+    ({"decoder": "parallel", "reduction_factor": 1, "guided_attention_weight": 2.0}, "guided_attention_weight"),
+    ({"decoder": "autoregressive", "forward_sum_weight": 0.5}, "forward_sum_weight"),
+    ({"decoder": "parallel", "reduction_factor": 1, "decoder_conv_blocks": 0}, "decoder_conv_blocks"),
+])
+def test_decoder_specific_keys_are_checked(model, message):
+    with pytest.raises(ValueError, match=message):
+        config_from_dict({"model": model})
+
+
+def test_max_minutes_must_not_be_negative():
+    with pytest.raises(ValueError, match="training.max_minutes"):
+        config_from_dict({"training": {"max_minutes": -1}})
+
+
+def test_parallel_loss_binarization_ramp():
+    from myxtts.model.losses import binarization_schedule
+    values = [float(binarization_schedule(tf.constant(step), 100, 50)) for step in (0, 100, 125, 150, 400)]
+    assert values == [0.0, 0.0, 0.5, 1.0, 1.0]
+    assert float(binarization_schedule(None, 100, 50)) == 1.0
