@@ -156,6 +156,24 @@ def test_function_called_in_loop_that_builds_a_tf_function():
     assert [line for rule, line in _rules(source) if rule == "tf-function-in-loop"] == [9]
 
 
+def test_memoised_tf_function_maker_called_in_loop_is_not_flagged():
+    source = """
+    import tensorflow as tf
+    class Compiled:
+        def function_for(self, key):
+            if key not in self.functions:
+                self.functions[key] = tf.function(self.body)
+            return self.functions[key]
+        def fresh(self, key):
+            return tf.function(self.body)
+        def warm_up(self, keys):
+            for key in keys:
+                self.function_for(key)(1)
+                self.fresh(key)(1)
+    """
+    assert [line for rule, line in _rules(source) if rule == "tf-function-in-loop"] == [13]
+
+
 def test_noqa_and_syntax_error():
     assert _rules("import tensorflow as tf\nd = tf.data.Dataset.range(3).map(f)  # myxtts: noqa\n") == []
     assert _rules("def broken(:\n")[0][0] == "syntax-error"

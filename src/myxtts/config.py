@@ -120,6 +120,7 @@ class ModelConfig:
 @dataclass(frozen=True)
 class TrainingConfig:
     max_steps: int = 1000
+    max_minutes: float = 0.0  # stop and checkpoint after this many training minutes (resumes add up); 0: no limit
     learning_rate: float = 1e-3
     warmup_steps: int = 200
     decay: Literal["cosine", "noam", "constant"] = "cosine"
@@ -347,6 +348,8 @@ def validate(cfg: Config) -> Config:
                          "max_mel_frames / reduction_factor + 1).")
     if t.min_learning_rate < 0 or t.min_learning_rate > t.learning_rate:
         raise ValueError("Config key 'training.min_learning_rate' must be in [0, training.learning_rate].")
+    if t.max_minutes < 0:
+        raise ValueError(f"Config key 'training.max_minutes' must be >= 0 (0: no limit), got {t.max_minutes}.")
     if t.warmup_steps < 0 or t.weight_decay < 0 or t.gradient_clip_norm < 0 or t.summary_every < 0:
         raise ValueError("Config keys 'training.warmup_steps', 'training.weight_decay', "
                          "'training.gradient_clip_norm' and 'training.summary_every' must be >= 0.")

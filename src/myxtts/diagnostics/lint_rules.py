@@ -262,8 +262,13 @@ class ModuleLinter(ast.NodeVisitor):
                    for node in walk_body(loop))
 
     def _creates_tf_function(self, function: ast.AST) -> bool:
+        """A function that returns a new tf.function per call. One that stores the wrapper into a cache entry
+        (``self.functions[key] = tf.function(...)``) memoises it: calling it in a loop reuses the trace."""
+        memoised = {id(node.value) for node in walk_body(function) if isinstance(node, ast.Assign)
+                    and all(isinstance(target, ast.Subscript) for target in node.targets)}
         for node in walk_body(function):
-            if isinstance(node, ast.Call) and is_tf_function_expr(node.func) and node.args:
+            if isinstance(node, ast.Call) and is_tf_function_expr(node.func) and node.args \
+                    and id(node) not in memoised:
                 return True
             if decorated_tf_function(node) is not None:
                 return True

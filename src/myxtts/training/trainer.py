@@ -116,8 +116,11 @@ class Trainer:
             directory = self.workdir / f"worker-{self.strategy.cluster_resolver.task_id}-scratch"
         # a tf.data service iterator cannot be saved: with data.service_address a resume restarts the stream
         data_state = {"iterator": self.iterator} if self.train_pipeline.checkpointable else {}
+        # checkpointed, so training.max_minutes counts the training time of every run a resume continues
+        self.trained_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="trained_seconds")
         self.checkpoints = Checkpoints(directory, self.cfg.training.keep_checkpoints, model=self.model,
-                                       optimizer=self.optimizer, **data_state, **self.steps.checkpoint_objects())
+                                       optimizer=self.optimizer, trained_seconds=self.trained_seconds, **data_state,
+                                       **self.steps.checkpoint_objects())
         self.restored_from = None
         if self.checkpoints.latest and not self.resume:
             raise WorkdirError(f"{directory} already holds checkpoints ({self.checkpoints.latest}); pass --resume to "
@@ -168,13 +171,18 @@ class Trainer:
         bar = _progress_bar(t.max_steps, start_step, self.progress and self.chief)
         stopped = "max_steps"
         validation_loss = None
+        budget = t.max_minutes * 60.0 if t.max_minutes > 0 else math.inf  # seconds of training, resumes included
+        trained_before = float(self.trained_seconds.numpy())
         per_call = t.steps_per_execution  # optimizer steps per compiled call (a block of K batches)
 
         def crossed(every: int) -> bool:  # did the last call pass a multiple of `every`?
             return step // every > (step - per_call) // every
 
+        if trained_before >= budget:  # a resume whose budget is already spent trains nothing
+            stopped = "max_minutes"
+            self.echo(f"training.max_minutes ({t.max_minutes:g}) already spent at step {step}; raise it to go on")
         try:
-            while step < t.max_steps:
+            while step < t.max_steps and stopped != "max_minutes":
                 step_started = time.perf_counter()
                 batches = []
                 for _ in range(t.gradient_accumulation_steps):
@@ -208,12 +216,21 @@ class Trainer:
                         "training.learning_rate, keep training.gradient_clip_norm > 0, or check the data "
                         "(`myxtts prepare` rejects non-finite audio).")
                 bar.update(per_call)
-                if self.validation_pipeline is not None and (crossed(t.validate_every) or step == t.max_steps):
+                out_of_time = trained_before + time.perf_counter() - loop_started >= budget
+                if out_of_time and step < t.max_steps:
+                    stopped = "max_minutes"
+                last = step == t.max_steps or stopped == "max_minutes"
+                if self.validation_pipeline is not None and (crossed(t.validate_every) or last):
                     validation_loss = self._validate(step, metrics)
                 if self.summary_function is not None and crossed(t.summary_every):
                     self._write_summaries(step, metrics)
-                if crossed(t.checkpoint_every) or step == t.max_steps:
+                if crossed(t.checkpoint_every) or last:
+                    self.trained_seconds.assign(trained_before + time.perf_counter() - loop_started)
                     self.checkpoints.save(step)  # the feed holds no batch here: the iterator position is exact
+                if stopped == "max_minutes":
+                    self.echo(f"training.max_minutes ({t.max_minutes:g}) reached at step {step}: checkpoint saved; "
+                              "--resume continues with the budget's remainder (raise max_minutes to go on)")
+                    break
                 if step < t.max_steps:
                     feed.refill()  # the next batch goes to the device while this step runs
         except NonFiniteLossError:
