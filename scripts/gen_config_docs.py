@@ -53,6 +53,13 @@ MEANINGS = {
     "model.postnet_layers": "postnet conv layers",
     "model.reduction_factor": "mel frames produced per decoder step",
     "model.dropout": "dropout rate of the transformer blocks; any value > 0 also turns on the prenet's fixed 0.5 dropout (training only), 0 turns every dropout off",
+    "model.decoder": "parallel: durations from an alignment learned online (aligner + MAS), every frame at once "
+    "(conv decoder); autoregressive: frame by frame with cross-attention over the text",
+    "model.forward_sum_weight": "parallel: weight of the aligner's forward-sum (CTC over the text positions) loss",
+    "model.duration_weight": "parallel: weight of the duration predictor's MSE of log(1 + frames)",
+    "model.binarization_weight": "parallel: weight of the binarisation loss (soft alignment towards the MAS path)",
+    "model.binarization_start_step": "parallel: optimizer step where the binarisation loss starts ramping in",
+    "model.binarization_ramp_steps": "parallel: steps over which its weight rises linearly from 0 to full",
     "model.stop_positive_weight": "positive-class weight of the stop-token BCE",
     "model.guided_attention_weight": "weight of the diagonal-prior guided attention loss (0 disables)",
     "model.guided_attention_sigma": "width of the diagonal prior",
