@@ -99,3 +99,42 @@ def test_parallel_loss_binarization_ramp():
     values = [float(binarization_schedule(tf.constant(step), 100, 50)) for step in (0, 100, 125, 150, 400)]
     assert values == [0.0, 0.0, 0.5, 1.0, 1.0]
     assert float(binarization_schedule(None, 100, 50)) == 1.0
+
+
+def test_parallel_synthesis_compiles_every_bucket_at_warm_up_and_never_again(prepared_cache, tmp_path, bundled_corpus):
+    from myxtts.model import build_model
+    from myxtts.synthesis import Synthesizer
+    from myxtts.synthesis.loading import save_run
+    from myxtts.synthesis.parallel_decoding import SynthesisLengthError
+    from myxtts.text import Vocabulary
+
+    cfg = parallel_config(prepared_cache)
+    vocabulary = Vocabulary.load(cfg.cache_dir / "vocab.json")
+    model = build_model(cfg, len(vocabulary))
+    projection = model.duration_predictor.output_proj  # exactly 4 frames per token: several mel buckets
+    projection.kernel.assign(tf.zeros_like(projection.kernel))
+    projection.bias.assign([np.log(1.0 + 4.0)])
+    save_run(tmp_path / "run", cfg, model, vocabulary)
+    synthesizer = Synthesizer.from_run(tmp_path / "run", batch_size=2)
+    synthesizer.warm_up_all()
+    traced = synthesizer.tracing_count()
+    assert traced == len(synthesizer.decoder.functions) > 2
+    reference = sorted((bundled_corpus / "wavs").glob("*.wav"))[0]
+    texts = ["Hello.", "The quick brown fox jumps over the lazy dog.",
+             "Printing, in the only sense with which we are at present concerned, differs from most if not from all "
+             "the arts and crafts represented in the Exhibition.", "A short one."]
+    results = synthesizer.synthesize_detailed(texts, reference)
+    assert synthesizer.tracing_count() == traced  # nothing traced after warm-up
+    for result in results:
+        # the length is the sum of the durations: 4 frames per token for this predictor
+        assert result.frames == 4 * len(result.tokens) and result.ended_by == "durations"
+        assert result.alignment.shape == (result.frames, len(result.tokens))
+        np.testing.assert_array_equal(result.alignment.sum(axis=0), 4)  # each token its 4 frames, in order
+        assert (np.diff(result.alignment.argmax(axis=1)) >= 0).all()
+        assert np.isfinite(result.mel).all() and result.waveform.size > 0
+    assert len({synthesizer.decoder.mel_bucket(r.frames) for r in results}) >= 2
+    slow = Synthesizer.from_run(tmp_path / "run", batch_size=2, length_scale=8.0)
+    with pytest.raises(SynthesisLengthError, match="Printing, in the only sense.*data.max_mel_frames"):
+        slow.synthesize_detailed(texts[2:3], reference)
+    with pytest.raises(ValueError, match="monotonic_attention"):
+        Synthesizer.from_run(tmp_path / "run", monotonic_attention=True)

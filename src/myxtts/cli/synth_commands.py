@@ -13,7 +13,7 @@ from myxtts.cli.common import clean_errors
 def _synthesizer(run_dir: str | None, checkpoint: str | None, config_path: str | None, batch_size: int,
                  **decoding):
     """The Synthesizer of a run or a checkpoint; ``decoding``: monotonic_attention, alignment_stop,
-    prenet_dropout (see ``Synthesizer``)."""
+    prenet_dropout, length_scale (see ``Synthesizer``)."""
     from myxtts.synthesis import RunError, Synthesizer
 
     if run_dir and checkpoint:
@@ -64,9 +64,11 @@ def _read_texts(text: str | None, text_file: str | None) -> list[str]:
                    "stop token or the maximum length).")
 @click.option("--prenet-dropout/--no-prenet-dropout", default=True, show_default=True,
               help="Keep the decoder prenet's dropout on while decoding, as in training (seeded: reproducible).")
+@click.option("--speed", type=click.FloatRange(min=0.1, max=10.0), default=1.0, show_default=True,
+              help="Speaking rate of the parallel decoder: its predicted durations are divided by it.")
 @clean_errors(ValueError, OSError)
 def synthesize_command(run_dir, checkpoint, config_path, text, text_file, reference, out_path, out_dir,
-                       batch_size, monotonic_attention, alignment_stop, prenet_dropout) -> None:
+                       batch_size, monotonic_attention, alignment_stop, prenet_dropout, speed) -> None:
     """Text + a reference voice clip -> 16-bit WAV at the configured sample rate."""
     from myxtts.synthesis import write_results
     from myxtts.vocoder import write_wav
@@ -79,7 +81,8 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
     if not Path(reference).is_file():
         raise ValueError(f"Reference clip not found: {reference}")
     synthesizer = _synthesizer(run_dir, checkpoint, config_path, batch_size, monotonic_attention=monotonic_attention,
-                               alignment_stop=alignment_stop, prenet_dropout=prenet_dropout)
+                               alignment_stop=alignment_stop, prenet_dropout=prenet_dropout,
+                               length_scale=1.0 / speed)
     results = synthesizer.synthesize_detailed(texts, reference)
     rate = synthesizer.sample_rate
     paths = [write_wav(out_path, results[0].waveform, rate)] if out_path else write_results(results, out_dir, rate)
@@ -90,8 +93,7 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
             f"maximum length ({result.max_frames} frames)"
         click.echo(f"wrote {path} ({seconds:.2f} s, {result.frames} frames, ended by {ending}, "
                    f"RTF {compute / max(seconds, 1e-9):.3f})")
-    click.echo(f"compiled decoder graphs: {synthesizer.tracing_count()} "
-               f"(batch x text bucket: {sorted(synthesizer.decoder.functions)})")
+    click.echo(f"compiled decoder graphs: {synthesizer.tracing_count()} ({sorted(synthesizer.decoder.functions)})")
 
 
 @click.command("evaluate")

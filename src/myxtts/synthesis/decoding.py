@@ -34,8 +34,9 @@ WINDOW_BEHIND, WINDOW_AHEAD = 1, 3
 END_TOKENS = 2
 ALIGNMENT_STOP_STEPS = 3
 # what ended each item (the ``ended_by`` output); ENDED_BY_NAMES[code] is its name in results and reports
-NOT_ENDED, ENDED_BY_TOKEN, ENDED_BY_ALIGNMENT, ENDED_BY_MAXIMUM = 0, 1, 2, 3
-ENDED_BY_NAMES = ("not ended", "stop token", "alignment", "maximum length")
+# (the parallel decoder's length is the sum of its predicted durations: "durations")
+NOT_ENDED, ENDED_BY_TOKEN, ENDED_BY_ALIGNMENT, ENDED_BY_MAXIMUM, ENDED_BY_DURATIONS = 0, 1, 2, 3, 4
+ENDED_BY_NAMES = ("not ended", "stop token", "alignment", "maximum length", "durations")
 # Prenet dropout at inference (Tacotron 2): the decoder reads its own previous frames through the same
 # dropped-out bottleneck it was trained with, instead of a clean one it never saw. Seeded per step
 # (stateless), so a synthesis is reproducible. Measured on the demo model (1000 steps, 8 training

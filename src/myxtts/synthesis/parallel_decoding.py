@@ -16,6 +16,7 @@ all traced by ``warm_up`` and none after. A text whose predicted length exceeds 
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import numpy as np
@@ -87,15 +88,15 @@ class CompiledParallelDecoder:
                          tf.TensorSpec([batch_size, self.reference_frames, self.n_mels], tf.float32,
                                        name="reference_mel"),
                          tf.TensorSpec([batch_size], tf.int32, name="reference_lengths")]
-            body = lambda text, durations, mel, lengths: self._decode(text, durations, mel, lengths, frames)  # noqa: E731
-            self.decode_functions[key] = tf.function(body, input_signature=signature)
+            self.decode_functions[key] = tf.function(functools.partial(self._decode, frames=frames),
+                                                     input_signature=signature)
         return self.decode_functions[key]
 
     def mel_bucket(self, frames: int, texts: list[str] | None = None) -> int:
         for bucket in self.buckets:
             if bucket >= frames:
                 return bucket
-        which = f" ({texts})" if texts else ""
+        which = f" (texts: {'; '.join(repr(text[:60]) for text in texts)})" if texts else ""
         raise SynthesisLengthError(
             f"The predicted speech is {frames} frames long{which}, more than the largest mel bucket "
             f"(data.max_mel_frames = {self.buckets[-1]}); split the text into shorter sentences (one per line "
@@ -119,15 +120,25 @@ class CompiledParallelDecoder:
         return result
 
     def warm_up(self, batch_size: int, text_buckets: list[int]) -> None:
-        """Trace and run once every duration function of ``text_buckets`` and every decode function."""
+        """Trace and run once every duration function of ``text_buckets`` and every decode function (TF's
+        frequent-tracing warning is silenced: one trace per bucket of the same method is the design)."""
+        from myxtts.diagnostics.tf_warning import expected_traces
+
         ones = tf.ones([batch_size], tf.int32)
-        for bucket in text_buckets:
-            self.durations_function(batch_size, bucket)(tf.ones([batch_size, bucket], tf.int32), ones)
         text = tf.zeros([batch_size, self.max_text_length, self.d_model])
         durations = tf.zeros([batch_size, self.max_text_length], tf.int32)
         reference = tf.zeros([batch_size, self.reference_frames, self.n_mels])
-        for frames in self.buckets:
-            self.decode_function(batch_size, frames)(text, durations, reference, ones)
+        with expected_traces():
+            for bucket in text_buckets:
+                self.durations_function(batch_size, bucket)(tf.ones([batch_size, bucket], tf.int32), ones)
+            for frames in self.buckets:
+                self.decode_function(batch_size, frames)(text, durations, reference, ones)
+
+    @property
+    def functions(self) -> dict[tuple, Callable]:
+        """Every compiled function so far, keyed ("durations", batch, text bucket) / ("decode", batch, frames)."""
+        return {**{("durations", *key): f for key, f in self.duration_functions.items()},
+                **{("decode", *key): f for key, f in self.decode_functions.items()}}
 
     def tracing_count(self) -> int:
         functions = [*self.duration_functions.values(), *self.decode_functions.values()]

@@ -22,7 +22,8 @@ from myxtts.config import Config
 from myxtts.data.language import run_text_processor
 from myxtts.data.mel_stats import MelStats
 from myxtts.model import XTTSModel
-from myxtts.synthesis.decoding import ENDED_BY_NAMES, CompiledDecoder
+from myxtts.synthesis.decoding import ENDED_BY_DURATIONS, ENDED_BY_NAMES, CompiledDecoder
+from myxtts.synthesis.parallel_decoding import CompiledParallelDecoder
 from myxtts.synthesis.lengths import LengthPolicy
 from myxtts.synthesis.loading import (find_mel_stats, load_model_from_checkpoint, load_model_from_run,
                                      load_run_mel_stats)
@@ -42,7 +43,7 @@ class SynthesisResult:
     alignment: np.ndarray  # [steps, tokens] cross-attention of the alignment layer over the text
     stop_probabilities: np.ndarray  # [steps]
     stopped_by_token: bool  # the stop token ended it (see ended_by)
-    ended_by: str  # decoding.ENDED_BY_NAMES: "stop token", "alignment" or "maximum length"
+    ended_by: str  # decoding.ENDED_BY_NAMES: "stop token", "alignment", "maximum length" or "durations" (parallel)
     min_frames: int
     max_frames: int
     waveform: np.ndarray | None = None  # [samples] float32
@@ -66,8 +67,10 @@ class Synthesizer:
     def __init__(self, cfg: Config, model: XTTSModel, vocabulary: Vocabulary, vocoder: Vocoder | None = None,
                  length_policy: LengthPolicy | None = None, batch_size: int = 1,
                  monotonic_attention: bool = False, alignment_stop: bool = True, prenet_dropout: bool = True,
-                 mel_stats: MelStats | None = None) -> None:
-        """``mel_stats``: the normalisation the model was trained with (``from_run`` / ``from_checkpoint`` load the
+                 mel_stats: MelStats | None = None, length_scale: float = 1.0) -> None:
+        """``length_scale``: the parallel decoder's predicted durations are multiplied by it (> 1: slower speech;
+        the CLI's ``--speed`` is its inverse); the autoregressive decoder has no durations and rejects another
+        value. ``mel_stats``: the normalisation the model was trained with (``from_run`` / ``from_checkpoint`` load the
         run's); None only for a model trained on raw log mels (identity). ``monotonic_attention``: restrict the
         aligning layer to a forward-moving window of the text while decoding (decoding.WINDOW_BEHIND /
         WINDOW_AHEAD): a guard against skipping / repeating for briefly trained models; off by default (the
@@ -87,9 +90,20 @@ class Synthesizer:
         self.lengths = length_policy if length_policy is not None else LengthPolicy.from_config(cfg)
         self.batch_size = batch_size
         self.sample_rate = cfg.audio.sample_rate
-        buckets = {bucket: self.lengths.bucket_max_steps(bucket) for bucket in self.lengths.text_buckets()}
-        self.decoder = CompiledDecoder(model, cfg.data.reference_frames, buckets, monotonic=monotonic_attention,
-                                       alignment_stop=alignment_stop, prenet_dropout=prenet_dropout)
+        self.parallel = getattr(model, "decoder_type", "autoregressive") == "parallel"
+        if self.parallel and monotonic_attention:
+            raise ValueError("monotonic_attention (--monotonic-attention) guards the autoregressive decoder's "
+                             "attention; the parallel decoder follows its predicted durations and has none to guard.")
+        if self.parallel:  # durations give the length: no stop token, no attention to guard
+            self.decoder = CompiledParallelDecoder(model, cfg.data.max_text_length, cfg.data.max_mel_frames,
+                                                   cfg.data.reference_frames, length_scale)
+        else:
+            if length_scale != 1.0:
+                raise ValueError("length_scale (--speed) needs the parallel decoder (model.decoder: parallel): the "
+                                 "autoregressive decoder has no durations to scale.")
+            buckets = {bucket: self.lengths.bucket_max_steps(bucket) for bucket in self.lengths.text_buckets()}
+            self.decoder = CompiledDecoder(model, cfg.data.reference_frames, buckets, monotonic=monotonic_attention,
+                                           alignment_stop=alignment_stop, prenet_dropout=prenet_dropout)
         self.last_results: list[SynthesisResult] = []
         self.checkpoint: str | None = None
 
@@ -151,13 +165,15 @@ class Synthesizer:
         with a 1-step dummy), so each batch uses the smallest text bucket that holds it.
         """
         batch_size = batch_size or self.batch_size
+        reduction = self.lengths.reduction_factor
         order = sorted(range(len(token_lists)), key=lambda i: len(token_lists[i]))
         results: list[SynthesisResult | None] = [None] * len(token_lists)
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
             outputs, seconds = self._decode_batch([token_lists[i] for i in chunk],
                                                   [reference_mels[i] for i in chunk],
-                                                  [reference_lengths[i] for i in chunk], batch_size)
+                                                  [reference_lengths[i] for i in chunk], batch_size,
+                                                  [texts[i] for i in chunk] if texts is not None else None)
             for slot, index in enumerate(chunk):
                 tokens = token_lists[index]
                 steps = int(outputs["step_lengths"][slot])
@@ -169,12 +185,12 @@ class Synthesizer:
                     stop_probabilities=outputs["stop_probabilities"][slot, :steps],
                     stopped_by_token=bool(outputs["stopped_by_token"][slot]),
                     ended_by=ENDED_BY_NAMES[int(outputs["ended_by"][slot])],
-                    min_frames=self.lengths.min_steps(len(tokens)) * self.lengths.reduction_factor,
-                    max_frames=self.lengths.max_steps(len(tokens)) * self.lengths.reduction_factor,
+                    min_frames=frames if self.parallel else self.lengths.min_steps(len(tokens)) * reduction,
+                    max_frames=frames if self.parallel else self.lengths.max_steps(len(tokens)) * reduction,
                     decode_seconds=seconds / len(chunk), text_bucket=int(outputs["text_bucket"]))
         return results  # type: ignore[return-value]
 
-    def _decode_batch(self, token_lists, reference_mels, reference_lengths, batch_size: int):
+    def _decode_batch(self, token_lists, reference_mels, reference_lengths, batch_size: int, texts=None):
         count = len(token_lists)
         bucket = self.lengths.text_bucket(max(len(t) for t in token_lists))
         tokens = np.full([batch_size, bucket], PAD_ID, np.int32)
@@ -194,11 +210,33 @@ class Synthesizer:
                 min_steps[slot] = self.lengths.min_steps(len(ids))
                 max_steps[slot] = self.lengths.max_steps(len(ids))
         started = time.perf_counter()
-        outputs = self.decoder(tf.constant(tokens), tf.constant(token_lengths), tf.constant(references),
-                               tf.constant(ref_lengths), tf.constant(min_steps), tf.constant(max_steps))
-        outputs = {key: value.numpy() for key, value in outputs.items()}
+        if self.parallel:
+            outputs = self._decode_parallel(tokens, token_lengths, references, ref_lengths, texts)
+        else:
+            outputs = self.decoder(tf.constant(tokens), tf.constant(token_lengths), tf.constant(references),
+                                   tf.constant(ref_lengths), tf.constant(min_steps), tf.constant(max_steps))
+            outputs = {key: value.numpy() for key, value in outputs.items()}
         outputs["text_bucket"] = bucket
         return outputs, time.perf_counter() - started
+
+    def _decode_parallel(self, tokens, token_lengths, references, ref_lengths, texts) -> dict[str, np.ndarray]:
+        """The parallel decoder's outputs in the autoregressive decoder's keys (one "step" per frame)."""
+        outputs = self.decoder(tokens, token_lengths, references, ref_lengths, texts)
+        batch, frames = outputs["mel"].shape[:2]
+        outputs.update(step_lengths=outputs["mel_lengths"], stop_probabilities=np.zeros([batch, frames], np.float32),
+                       stopped_by_token=np.zeros([batch], bool),
+                       ended_by=np.full([batch], ENDED_BY_DURATIONS, np.int32))
+        return outputs
+
+    def warm_up_all(self, batch_size: int | None = None) -> None:
+        """Trace and run once every compiled function synthesis can use (the parallel decoder: every text bucket's
+        duration function and every mel bucket's decode function), so no later call traces."""
+        batch_size = batch_size or self.batch_size
+        if self.parallel:
+            self.decoder.warm_up(batch_size, self.lengths.text_buckets())
+        else:
+            for bucket in self.lengths.text_buckets():
+                self.warm_up(bucket, batch_size)
 
     def warm_up(self, num_tokens: int, batch_size: int | None = None) -> None:
         """Compile and run once (one step) the decoder of the bucket holding ``num_tokens``, so timings
@@ -207,6 +245,9 @@ class Synthesizer:
         bucket = self.lengths.text_bucket(num_tokens)
         frames = self.cfg.data.reference_frames
         ones = tf.ones([batch_size], tf.int32)
+        if self.parallel:
+            self.decoder.warm_up(batch_size, [bucket])
+            return
         self.decoder(tf.ones([batch_size, bucket], tf.int32), ones,
                      tf.zeros([batch_size, frames, self.cfg.audio.n_mels]), ones, ones, ones)
 
