@@ -61,7 +61,9 @@ for strategy in (tf.distribute.get_strategy(), mirrored):
     models.append((model, steps))
 # unequal lengths: replica 0 takes the two long rows, replica 1 the two short ones; each divides its sums by
 # the global batch's real counts, so the update is the single device's (per-replica means / 2 were not)
-batch = batch_with_lengths([10, 9, 6, 4], [24, 24, 4, 6], 10, 24, 16, vocab_size=40, seed=3)
+# (the parallel decoder's aligner needs at least a frame per token)
+frames = [24, 22, 7, 8] if cfg.model.decoder == "parallel" else [24, 24, 4, 6]
+batch = batch_with_lengths([10, 9, 6, 4], frames, 10, 24, 16, vocab_size=40, seed=3)
 start = [v.numpy() for v in models[0][0].trainable_variables]
 outs = [steps.train(batch) for _, steps in models]
 deltas = [np.concatenate([(v.numpy() - s).ravel() for v, s in zip(m.trainable_variables, start)]) for m, _ in models]
@@ -93,12 +95,16 @@ def _config(prepared, tmp_path, buckets=False):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["update_equals_single_device", "trainer_buckets", "trainer_mixed_xla_blocks"])
+@pytest.mark.parametrize("mode", ["update_equals_single_device", "parallel_update_equals_single_device",
+                                  "trainer_buckets", "trainer_mixed_xla_blocks"])
 def test_mirrored_two_logical_devices(prepared_cache, tmp_path, mode):
     script = tmp_path / "mirrored.py"
     script.write_text(MIRRORED)
     tests_dir = os.path.dirname(__file__)
     config = _config(prepared_cache, tmp_path, buckets=mode == "trainer_buckets")  # mixed/XLA: one fixed shape
+    if mode.startswith("parallel"):
+        from test_parallel_model import parallel_config
+        config = write_config(parallel_config(prepared_cache, model={"dropout": 0.0}), tmp_path / "parallel.yaml")
     result = subprocess.run([sys.executable, str(script), str(config), tests_dir,
                              str(tmp_path / "run"), mode], capture_output=True, text=True, timeout=400,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
