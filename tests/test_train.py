@@ -50,10 +50,12 @@ def test_cli_trains_200_shuffled_steps_without_a_single_retrace(prepared_cache, 
     shapes = summary["batch_shapes"]
     assert shapes >= 2  # variable-length buckets really were exercised
     assert all(info["traces"] == 1 for info in summary["traces"].values())  # traced once each, at warm-up
-    assert summary["warmup_traces"] == 2 * shapes + 1  # train + validate per shape, + the summary function
+    # train + validate per shape, + the summary function, + the listening decoder (training.listen_sentences)
+    listening = [name for name in summary["traces"] if name.startswith("listening_")]
+    assert len(listening) == 1 and summary["warmup_traces"] == 2 * shapes + 2
     # warm-up calls go through the retrace monitor: retraces.jsonl holds exactly those first traces, all expected
     events = [json.loads(line) for line in (tmp_path / "run" / "retraces.jsonl").read_text().splitlines()]
-    assert len(events) == 2 * shapes + 1 and all(event["cause"] == FIRST_TRACE for event in events)
+    assert len(events) == 2 * shapes + 2 and all(event["cause"] == FIRST_TRACE for event in events)
     assert summary["loss_last"] < 0.8 * summary["loss_first"]  # learns on real speech
     assert summary["validation_loss"] is not None and np.isfinite(summary["validation_loss"])
     run = tmp_path / "run"
@@ -62,6 +64,7 @@ def test_cli_trains_200_shuffled_steps_without_a_single_retrace(prepared_cache, 
     assert train[-1]["step"] == 200 and all(r["traces_after_warmup"] == 0 for r in train)
     assert {"total", "learning_rate", "grad_norm", "step_time", "input_wait_share", "mel_frames_per_second"} <= set(train[0])
     assert any(r["split"] == "validation" for r in records)
+    assert [r["step"] for r in records if r["split"] == "listening"] == [100, 200]  # free-running, at validation
     assert yaml.safe_load((run / "config.yaml").read_text())["training"]["max_steps"] == 200
     assert (run / "vocab.json").is_file() and tf.train.latest_checkpoint(str(run / "checkpoints")).endswith("ckpt-200")
     assert list((run / "tensorboard" / "validation").glob("events.*"))
@@ -132,7 +135,8 @@ def test_trainer_with_steps_per_execution_runs_blocks_without_retracing(prepared
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["split"] == "train"] == [2, 4, 6, 10, 12]
     assert [r["step"] for r in records if r["split"] == "validation"] == [6, 10, 12]
-    assert all(np.isfinite(r["total"]) for r in records)
+    assert [r["step"] for r in records if r["split"] == "listening"] == [6, 10, 12]
+    assert all(np.isfinite(r["total"]) for r in records if r["split"] != "listening")
     checkpoints = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("ckpt-*.index"))
     assert checkpoints == ["ckpt-10.index", "ckpt-12.index", "ckpt-6.index"]
 

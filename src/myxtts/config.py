@@ -141,6 +141,7 @@ class TrainingConfig:
     checkpoint_every: int = 200
     keep_checkpoints: int = 3
     summary_every: int = 500  # mel / alignment images and an audio sample (0 disables)
+    listen_sentences: int = 2  # validation sentences synthesised free-running at each validation (0 disables; max 4)
     distribution: Literal["none", "mirrored", "multi_worker"] = "none"
     seed: int = 1234
     deterministic: bool = False  # tf.config.experimental.enable_op_determinism
@@ -353,6 +354,9 @@ def validate(cfg: Config) -> Config:
     if t.warmup_steps < 0 or t.weight_decay < 0 or t.gradient_clip_norm < 0 or t.summary_every < 0:
         raise ValueError("Config keys 'training.warmup_steps', 'training.weight_decay', "
                          "'training.gradient_clip_norm' and 'training.summary_every' must be >= 0.")
+    if not 0 <= t.listen_sentences <= 4:
+        raise ValueError(f"Config key 'training.listen_sentences' must be in [0, 4] (validation sentences "
+                         f"synthesised at each validation; 0 disables), got {t.listen_sentences}.")
     if t.enable_eager_debug and t.enable_xla_compilation:
         raise ValueError("Config keys 'training.enable_eager_debug' and 'training.enable_xla_compilation' "
                          "cannot both be true: eager functions are not compiled.")

@@ -50,6 +50,9 @@ class CompiledParallelDecoder:
         self.d_model = model.dims.d_model
         self.length_scale = float(length_scale)
         self.buckets = mel_buckets(max_mel_frames)
+        # True: a batch predicted longer than the largest bucket is decoded in it, cut at its end, instead of raising
+        # (the trainer's listening: an early duration predictor asks for far too many frames)
+        self.truncate = False
         self.duration_functions: dict[tuple[int, int], Callable] = {}
         self.decode_functions: dict[tuple[int, int], Callable] = {}
 
@@ -96,6 +99,8 @@ class CompiledParallelDecoder:
         for bucket in self.buckets:
             if bucket >= frames:
                 return bucket
+        if self.truncate:
+            return self.buckets[-1]
         which = f" (texts: {'; '.join(repr(text[:60]) for text in texts)})" if texts else ""
         raise SynthesisLengthError(
             f"The predicted speech is {frames} frames long{which}, more than the largest mel bucket "

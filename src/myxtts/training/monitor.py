@@ -61,10 +61,18 @@ class MetricsLog:
     def __init__(self, run_dir: Path, enabled: bool = True):
         self.enabled = enabled
         self.path = run_dir / "metrics.jsonl"
+        self.run_dir = run_dir
+        self.writers: dict[str, Any] = {}
         if enabled:
             self.file = open(self.path, "a", encoding="utf-8")
-            self.train_writer = tf.summary.create_file_writer(str(run_dir / "tensorboard" / "train"))
-            self.validation_writer = tf.summary.create_file_writer(str(run_dir / "tensorboard" / "validation"))
+            self.train_writer = self.writer("train")
+            self.validation_writer = self.writer("validation")
+
+    def writer(self, split: str) -> Any:
+        """The TensorBoard writer of ``split`` (``tensorboard/<split>``), created at its first use."""
+        if split not in self.writers:
+            self.writers[split] = tf.summary.create_file_writer(str(self.run_dir / "tensorboard" / split))
+        return self.writers[split]
 
     def write(self, record: dict[str, Any], split: str = "train") -> None:
         if not self.enabled:
@@ -72,8 +80,7 @@ class MetricsLog:
         clean = {k: (float(v) if isinstance(v, (float, np.floating)) else v) for k, v in record.items()}
         self.file.write(json.dumps({"split": split, **clean}) + "\n")
         self.file.flush()
-        writer = self.train_writer if split == "train" else self.validation_writer
-        with writer.as_default(step=int(record["step"])):
+        with self.writer(split).as_default(step=int(record["step"])):
             for key, value in clean.items():
                 if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
                     tf.summary.scalar(key, value)
@@ -91,8 +98,8 @@ class MetricsLog:
     def close(self) -> None:
         if self.enabled:
             self.file.close()
-            self.train_writer.close()
-            self.validation_writer.close()
+            for writer in self.writers.values():
+                writer.close()
 
 
 def _to_image(matrix: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ Run directory (what ``myxtts.synthesis`` relies on)::
     WORKDIR/config.yaml  resolved config     WORKDIR/vocab.json   vocabulary of the cache
     WORKDIR/mel_stats.json  the cache's per-bin mel mean / std: the model's mels are normalised with them
     WORKDIR/checkpoints/ model, optimizer, counters, data iterator
-    WORKDIR/metrics.jsonl, WORKDIR/tensorboard/, WORKDIR/retraces.jsonl
+    WORKDIR/metrics.jsonl, WORKDIR/tensorboard/{train,validation,listening}/, WORKDIR/retraces.jsonl
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from myxtts.diagnostics.tf_warning import expected_traces
 from myxtts.training.checkpoint import Checkpoints
 from myxtts.training.device_feed import DeviceFeed, default_device
 from myxtts.training.distribute import check_divisible, is_chief, make_strategy
+from myxtts.training.listening import Listener
 from myxtts.training.monitor import MetricsLog, StepTimer, TraceAccounting, format_summary
 from myxtts.training.schedule import make_optimizer
 from myxtts.training.steps import TrainingSteps, shape_key
@@ -139,6 +140,8 @@ class Trainer:
             function = tf.function(lambda batch: self.model(batch, training=False), input_signature=[spec])
             self.summary_function = self.traces.watch(function, "summary_forward") if t.enable_graph_mode else \
                 function.python_function
+        self.listener = Listener.create(self.cfg, self.model, self.vocabulary, self.mel_stats,
+                                        self.validation_pipeline, self.chief, self.echo)
         started = time.perf_counter()
         # every step function traced AND run once (state restored), so no bucket's first real step pays
         # TF's graph optimisation; the calls go through the monitor, which counts these traces as warm-up
@@ -146,6 +149,8 @@ class Trainer:
         # triggered retracing" warning fires on these expected first traces; the monitor keeps them all
         with expected_traces():
             self.warmup = self.steps.warm_up()
+            if self.listener is not None:  # free-running synthesis of the validation sentences: traced here only
+                self.warmup["listening"] = self.listener.warm_up(self.traces.watch)
         if self.summary_function is not None and t.enable_graph_mode:
             begin = time.perf_counter()
             outputs = self.summary_function(self.summary_batch)  # forward only: changes no variable
@@ -222,6 +227,10 @@ class Trainer:
                 last = step == t.max_steps or stopped == "max_minutes"
                 if self.validation_pipeline is not None and (crossed(t.validate_every) or last):
                     validation_loss = self._validate(step, metrics)
+                    if self.listener is not None:  # free-running synthesis: not training time (max_minutes, frames/s)
+                        begin = time.perf_counter()
+                        self.listener(step, metrics)
+                        loop_started += time.perf_counter() - begin
                 if self.summary_function is not None and crossed(t.summary_every):
                     self._write_summaries(step, metrics)
                 if crossed(t.checkpoint_every) or last:
