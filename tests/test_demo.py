@@ -24,7 +24,7 @@ def test_demo_prepares_trains_synthesizes_and_summarizes(tmp_path: Path) -> None
     raw["data"]["num_buckets"] = 2
     config = tmp_path / "mini.yaml"
     config.write_text(yaml.safe_dump(raw), encoding="utf-8")
-    shrink = ["--set", "model.text_layers=1", "--set", "model.decoder_layers=1", "--set", "model.postnet_layers=2",
+    shrink = ["--set", "model.text_layers=1", "--set", "model.decoder_conv_blocks=2", "--set", "model.postnet_layers=2",
               "--set", "training.summary_every=0"]
     run_dir = tmp_path / "run"
 
@@ -44,11 +44,13 @@ def test_demo_prepares_trains_synthesizes_and_summarizes(tmp_path: Path) -> None
     assert samples.size > 22050 * 0.5  # a plausible length for a sentence, not an empty file
     assert np.abs(samples).max() > 100  # not silent
     assert (run_dir / "tensorboard").is_dir() and (run_dir / "metrics.jsonl").is_file()
-    # what the demo heard: alignment of the aligning layer, recognizer CER next to the recording's, a plot
-    assert "alignment (free-running):   focus rate" in out and "of its attention on the text" in out
-    assert "CER (pocketsphinx):         all" in out and "recordings of the training sentences" in out
+    # what the demo heard: the durations, recognizer CER next to the recordings', a held-out sentence, a plot
+    assert "alignment:                  predicted durations" in out and "frames per token" in out
+    assert "CER (pocketsphinx):         all" in out and "their recordings" in out
+    assert "CER of a held-out sentence: " in out and "(never trained on)" in out
+    assert "speaker similarity:         " in out
     listened = json.loads((run_dir / "listening.json").read_text(encoding="utf-8"))
-    assert len(listened["sentences"]) == 2  # --text + one training sentence
+    assert len(listened["sentences"]) == 3  # --text + one training sentence + one held-out sentence
     assert all(0.0 <= item["cer"] for item in listened["sentences"])
     plot = Path(listened["sentences"][0]["plot"])
     assert plot.is_file() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -72,8 +72,9 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     from myxtts.synthesis import Synthesizer
     from myxtts.vocoder import write_wav
 
-    synthesizer = Synthesizer.from_run(run_dir)
-    sentences = _training_sentences(cfg, listen_sentences)
+    # a short demo run's duration predictor may ask for more frames than the largest bucket: cut, not an error
+    synthesizer = Synthesizer.from_run(run_dir, truncate_long=True)
+    sentences = _sentences(cfg, "train", listen_sentences + 1)
     # the reference voice: a training clip that is not one of the sentences listened to
     reference = sentences.pop()[1] if sentences else None
     if reference is None:
@@ -84,7 +85,9 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     click.echo(f"text: {text!r}")
     click.echo(f"reference: {reference}")
     click.echo(f"wrote {wav_path} ({len(waveform) / cfg.audio.sample_rate:.2f} s)")
-    check = _listen(cfg, synthesizer, text, sentences, reference, run_dir)
+    held_out = _sentences(cfg, "validation", 1)  # never trained on
+    check = _listen(cfg, synthesizer, text, sentences + held_out, reference, run_dir)
+    held_out_cer = check.sentences[-1].cer if held_out else None
 
     _stage("5/5 diagnostics summary")
     fill = report["buckets"]["fill"]
@@ -99,9 +102,11 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
         f"input wait share:           {train_summary.get('input_wait_share', 0):.2%}",
         f"loss first -> last:         {train_summary.get('loss_first', float('nan')):.3f} -> "
         f"{train_summary.get('loss_last', float('nan')):.3f}",
-        f"alignment (free-running):   focus rate {check.focus_rate:.2f}, diagonality {check.diagonality:.2f}, "
-        f"{check.text_attention_share:.0%} of its attention on the text",
-        _cer_line(check),
+        _alignment_line(synthesizer, check),
+        _cer_line(check, len(held_out)),
+        f"CER of a held-out sentence: {held_out_cer:.2f} (never trained on)" if held_out_cer is not None else
+        "CER of a held-out sentence: not measured (no validation clip, or no recognizer)",
+        _similarity_line(cfg, synthesizer, [path for _, path in sentences] + [reference]),
         f"alignment plot:             {check.sentences[0].plot}",
         f"wav:                        {wav_path}",
         f"TensorBoard:                tensorboard --logdir {run_dir / 'tensorboard'}",
@@ -109,16 +114,16 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     click.echo("\n".join(lines))
 
 
-def _training_sentences(cfg, count: int) -> list[tuple[str, Path]]:
-    """(text, wav path) of the first ``count`` + 1 training utterances of the prepared corpus (sorted ids)."""
+def _sentences(cfg, split: str, count: int) -> list[tuple[str, Path]]:
+    """(text, wav path) of the first ``count`` utterances of a split of the prepared corpus (sorted ids)."""
     from myxtts.data.cache import read_manifest
     from myxtts.data.corpus import read_corpus
 
     manifest = read_manifest(cfg.cache_dir) or {}
-    train_ids = set(manifest.get("splits", {}).get("train", []))
+    ids = set(manifest.get("splits", {}).get(split, []))
     entries = [e for e in read_corpus(cfg.corpus_path, cfg.data.corpus_format, cfg.data.language).entries
-               if e.id in train_ids]
-    return [(e.text, Path(e.audio_path)) for e in sorted(entries, key=lambda e: e.id)[:count + 1]]
+               if e.id in ids]
+    return [(e.text, Path(e.audio_path)) for e in sorted(entries, key=lambda e: e.id)[:count]]
 
 
 def _listen(cfg, synthesizer, text: str, sentences: list[tuple[str, Path]], reference: Path, run_dir: Path):
@@ -141,12 +146,40 @@ def _listen(cfg, synthesizer, text: str, sentences: list[tuple[str, Path]], refe
     return check
 
 
-def _cer_line(check) -> str:
+def _alignment_line(synthesizer, check) -> str:
+    if synthesizer.parallel:
+        frames = [len(result.alignment) for result in synthesizer.last_results]
+        tokens = [result.alignment.shape[1] for result in synthesizer.last_results]
+        return (f"alignment:                  predicted durations, {sum(frames) / max(sum(tokens), 1):.1f} frames per "
+                "token (monotonic by construction: nothing skipped or repeated)")
+    return (f"alignment (free-running):   focus rate {check.focus_rate:.2f}, diagonality {check.diagonality:.2f}, "
+            f"{check.text_attention_share:.0%} of its attention on the text")
+
+
+def _similarity_line(cfg, synthesizer, clips: list[Path]) -> str:
+    """Resemblyzer's cosine of the outputs to real clips of the voice, beside real clips' own (leave-one-out)."""
+    from myxtts import listening
+
+    if not listening.speaker_encoder_available():
+        return "speaker similarity:         not measured (install the `judge` extra: Resemblyzer)"
+    if len(clips) < 2:
+        return "speaker similarity:         not measured (needs 2 real clips of the voice: --listen-sentences >= 1)"
+    from myxtts.audio import load_audio
+
+    rate = cfg.audio.sample_rate
+    real = [load_audio(path, rate) for path in clips]
+    outputs = [result.waveform for result in synthesizer.last_results]
+    output = listening.speaker_similarity(outputs, real, rate)
+    reference = listening.reference_similarity(real, rate, cfg.audio, griffin_lim=False)
+    return f"speaker similarity:         {reference.summary(output)} (Resemblyzer)"
+
+
+def _cer_line(check, held_out: int = 0) -> str:
     if check.cer is None:
         return "CER (recognizer):           not measured (pocketsphinx not installed)"
-    ceiling = f"; recordings of the training sentences {check.recording_cer:.2f}" \
+    ceiling = f"; their recordings {check.recording_cer:.2f}" \
         if check.recording_cer is not None else ""
-    training = [s.cer for s in check.sentences[1:] if s.cer is not None]
+    training = [s.cer for s in check.sentences[1:len(check.sentences) - held_out] if s.cer is not None]
     trained = f", training sentences {np.mean(training):.2f}" if training else ""
     return f"CER (pocketsphinx):         all {check.cer:.2f}{trained}{ceiling}"
 

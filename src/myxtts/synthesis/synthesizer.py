@@ -22,7 +22,7 @@ from myxtts.config import Config
 from myxtts.data.language import run_text_processor
 from myxtts.data.mel_stats import MelStats
 from myxtts.model import XTTSModel
-from myxtts.synthesis.decoding import ENDED_BY_DURATIONS, ENDED_BY_NAMES, CompiledDecoder
+from myxtts.synthesis.decoding import ENDED_BY_DURATIONS, ENDED_BY_MAXIMUM, ENDED_BY_NAMES, CompiledDecoder
 from myxtts.synthesis.parallel_decoding import CompiledParallelDecoder
 from myxtts.synthesis.lengths import LengthPolicy
 from myxtts.synthesis.loading import (find_mel_stats, load_model_from_checkpoint, load_model_from_run,
@@ -67,8 +67,12 @@ class Synthesizer:
     def __init__(self, cfg: Config, model: XTTSModel, vocabulary: Vocabulary, vocoder: Vocoder | None = None,
                  length_policy: LengthPolicy | None = None, batch_size: int = 1,
                  monotonic_attention: bool = False, alignment_stop: bool = True, prenet_dropout: bool = True,
-                 mel_stats: MelStats | None = None, length_scale: float = 1.0) -> None:
-        """``length_scale``: the parallel decoder's predicted durations are multiplied by it (> 1: slower speech;
+                 mel_stats: MelStats | None = None, length_scale: float = 1.0,
+                 truncate_long: bool = False) -> None:
+        """``truncate_long``: a parallel-decoder text predicted longer than ``data.max_mel_frames`` is decoded in
+        the largest bucket and cut there (``ended_by`` "maximum length") instead of a ``SynthesisLengthError``: for
+        listening to a briefly trained model, whose duration predictor can ask for thousands of frames.
+        ``length_scale``: the parallel decoder's predicted durations are multiplied by it (> 1: slower speech;
         the CLI's ``--speed`` is its inverse); the autoregressive decoder has no durations and rejects another
         value. ``mel_stats``: the normalisation the model was trained with (``from_run`` / ``from_checkpoint`` load the
         run's); None only for a model trained on raw log mels (identity). ``monotonic_attention``: restrict the
@@ -97,6 +101,7 @@ class Synthesizer:
         if self.parallel:  # durations give the length: no stop token, no attention to guard
             self.decoder = CompiledParallelDecoder(model, cfg.data.max_text_length, cfg.data.max_mel_frames,
                                                    cfg.data.reference_frames, length_scale)
+            self.decoder.truncate = truncate_long
         else:
             if length_scale != 1.0:
                 raise ValueError("length_scale (--speed) needs the parallel decoder (model.decoder: parallel): the "
@@ -225,7 +230,8 @@ class Synthesizer:
         batch, frames = outputs["mel"].shape[:2]
         outputs.update(step_lengths=outputs["mel_lengths"], stop_probabilities=np.zeros([batch, frames], np.float32),
                        stopped_by_token=np.zeros([batch], bool),
-                       ended_by=np.full([batch], ENDED_BY_DURATIONS, np.int32))
+                       ended_by=np.where(outputs["durations"].sum(axis=1) > frames, ENDED_BY_MAXIMUM,
+                                         ENDED_BY_DURATIONS).astype(np.int32))
         return outputs
 
     def warm_up_all(self, batch_size: int | None = None) -> None:

@@ -92,9 +92,9 @@ class Listener:
             mel, length = crop_reference(cache.utterance_mel(other), cfg.data.reference_frames, mel_stats)
             sentences.append(Sentence(cache.ids[row], cache.utterance_tokens(row).copy(), texts.get(cache.ids[row]),
                                       cache.ids[other], mel, length))
-        synthesizer = Synthesizer(cfg, model, vocabulary, mel_stats=mel_stats, batch_size=len(sentences))
-        if synthesizer.parallel:  # an early duration predictor asks for far too many frames: hear the cut output
-            synthesizer.decoder.truncate = True
+        # an early duration predictor asks for far too many frames: hear the cut output
+        synthesizer = Synthesizer(cfg, model, vocabulary, mel_stats=mel_stats, batch_size=len(sentences),
+                                  truncate_long=True)
         echo(f"listening: {len(sentences)} validation sentence(s) synthesised free-running at each validation: "
              + ", ".join(f"{s.id} (voice of {s.reference_id})" for s in sentences))
         return cls(cfg, synthesizer, sentences)
