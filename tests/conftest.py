@@ -68,6 +68,8 @@ def prepared_cache(tmp_path_factory):
                  "max_mel_frames": 880, "batch_frames": 2400, "batch_size": 8, "num_buckets": 4,
                  "validation_size": 2, "reference_frames": 96},
         "model": {"preset": "tiny", "reduction_factor": 2},
+        # listening while training (pocketsphinx on free-running synthesis) only where a test asks for it
+        "training": {"listen_sentences": 0},
     }, base_dir=root)
     prepare(cfg, progress=False)
     return cfg
