@@ -87,7 +87,9 @@ def test_mixed_precision_update_matches_float32(precision):
     _, model_32, steps_32 = _setup(keras.optimizers.SGD(0.05), gradient_clip_norm=0.0)
     optimizer = keras.optimizers.SGD(0.05)
     if precision == "float16":
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        # a scale far below Keras' 2**15 default: the first step must not overflow float16 whatever the random
+        # initialisation (an overflow skips the update, which is right, but is not what this test compares)
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=2.0 ** 8)
     _, model_mp, steps_mp = _setup(optimizer, reference_model=model_32, mixed_precision=precision,
                                    gradient_clip_norm=0.0)
     assert model_mp.compute_dtype == precision and model_mp.trainable_variables[0].dtype == "float32"
@@ -142,7 +144,9 @@ def test_warm_up_runs_every_function_and_restores_every_variable_exactly(precisi
 
     optimizer = keras.optimizers.Adam(1e-2)
     if precision == "float16":
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        # a scale far below Keras' 2**15 default: the first step must not overflow float16 whatever the random
+        # initialisation (an overflow skips the update, which is right, but is not what this test compares)
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=2.0 ** 8)
     _, model, steps = _setup(optimizer, mixed_precision=precision, gradient_accumulation_steps=accumulation)
     traces = TraceAccounting(strict=True)
     specs = [batch_spec(2, 10, 24, 16), batch_spec(3, 8, 16, 16)]
