@@ -67,13 +67,13 @@ def test_parallel_training_learns_without_retracing_and_stops_at_its_time_budget
     # continues from where it stopped
     budget = dict(training, max_steps=100000, checkpoint_every=100000, validate_every=100000, summary_every=0,
                   max_minutes=0.02)
-    cfg = parallel_config(prepared_cache, data={"num_buckets": 3}, training=budget)
+    cfg = parallel_config(prepared_cache, data={"num_buckets": 2}, training=budget)
     first = run(cfg, tmp_path / "budget", progress=False, echo=lambda _: None)
     assert first["stopped"] == "max_minutes" and 0 < first["steps"] < 100000
     assert first["checkpoint"].endswith(f"ckpt-{first['steps']}")
     again = run(cfg, tmp_path / "budget", resume=True, progress=False, echo=lambda _: None)
     assert again["stopped"] == "max_minutes" and again["steps_this_run"] == 0 and again["steps"] == first["steps"]
-    more = parallel_config(prepared_cache, data={"num_buckets": 3}, training=dict(budget, max_minutes=0.04))
+    more = parallel_config(prepared_cache, data={"num_buckets": 2}, training=dict(budget, max_minutes=0.04))
     later = run(more, tmp_path / "budget", resume=True, progress=False, echo=lambda _: None)
     assert later["stopped"] == "max_minutes" and later["steps"] > first["steps"]
 
