@@ -136,5 +136,6 @@ def test_parallel_synthesis_compiles_every_bucket_at_warm_up_and_never_again(pre
     slow = Synthesizer.from_run(tmp_path / "run", batch_size=2, length_scale=8.0)
     with pytest.raises(SynthesisLengthError, match="Printing, in the only sense.*data.max_mel_frames"):
         slow.synthesize_detailed(texts[2:3], reference)
-    with pytest.raises(ValueError, match="monotonic_attention"):
-        Synthesizer.from_run(tmp_path / "run", monotonic_attention=True)
+    for flag in ({"monotonic_attention": True}, {"alignment_stop": False}, {"prenet_dropout": False}):
+        with pytest.raises(ValueError, match="steer the autoregressive decoder"):
+            Synthesizer.from_run(tmp_path / "run", **flag)

@@ -36,6 +36,8 @@ def tiny_run(tmp_path_factory) -> Path:
                                      "max_text_length": 192, "reference_frames": 96},
                             "audio": {"griffin_lim_iters": 4}, "model": {"preset": "tiny"}}, base_dir=root)
     vocabulary = Vocabulary.for_config(cfg.text)
+    import keras
+    keras.utils.set_random_seed(1234)  # the same untrained model whatever ran before in this worker
     save_run(root / "run", cfg, build_model(cfg, len(vocabulary)), vocabulary, mel_stats=bundled_mel_stats(cfg))
     return root / "run"
 

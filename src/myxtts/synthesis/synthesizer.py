@@ -95,9 +95,10 @@ class Synthesizer:
         self.batch_size = batch_size
         self.sample_rate = cfg.audio.sample_rate
         self.parallel = getattr(model, "decoder_type", "autoregressive") == "parallel"
-        if self.parallel and monotonic_attention:
-            raise ValueError("monotonic_attention (--monotonic-attention) guards the autoregressive decoder's "
-                             "attention; the parallel decoder follows its predicted durations and has none to guard.")
+        if self.parallel and (monotonic_attention or not alignment_stop or not prenet_dropout):
+            raise ValueError("monotonic_attention, alignment_stop and prenet_dropout (--monotonic-attention, "
+                             "--no-alignment-stop, --no-prenet-dropout) steer the autoregressive decoder; the parallel "
+                             "decoder follows its predicted durations and has no attention, stop or prenet to steer.")
         if self.parallel:  # durations give the length: no stop token, no attention to guard
             self.decoder = CompiledParallelDecoder(model, cfg.data.max_text_length, cfg.data.max_mel_frames,
                                                    cfg.data.reference_frames, length_scale)
