@@ -7,11 +7,11 @@ messages (exit code 2 for bad input), never tracebacks.
 from __future__ import annotations
 
 import importlib
-import os
 
 import click
 
 from myxtts import __version__
+from myxtts.runtime import TF_LOG_VARIABLE, quiet_tensorflow_startup
 
 # (module, attribute) pairs registered on the group; a module owns the commands of one concern.
 _COMMAND_MODULES = (
@@ -26,9 +26,11 @@ _COMMAND_MODULES = (
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="myxtts")
-def main() -> None:
+@click.option("--verbose", is_flag=True,
+              help=f"Show TensorFlow's start-up and C++ log lines (hidden by default; or set {TF_LOG_VARIABLE}=1).")
+def main(verbose: bool) -> None:
     """myxtts: text + a reference voice clip -> speech, trained without retracing or input stalls."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_tensorflow_startup(verbose)  # before anything imports TensorFlow
 
 
 for _name in _COMMAND_MODULES:

@@ -108,9 +108,26 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
 @clean_errors(ValueError, OSError)
 def evaluate_command(run_dir, data_path, config_path, limit, json_path, plots_dir) -> None:
     """MCD-DTW, teacher-forced mel L1, stop accuracy, attention diagonality / focus, real-time factor."""
-    from myxtts.evaluate import evaluate_run, format_report
+    from myxtts.evaluate import evaluate_run
+    from myxtts.locks import lock_run_directory
 
-    report = evaluate_run(run_dir, data=data_path, config=config_path, limit=limit, plots_dir=plots_dir)
+    writes_into_run = [p for p in (json_path, plots_dir) if p and _inside(Path(p), Path(run_dir))]
+    lock = lock_run_directory(run_dir) if writes_into_run else None  # a training writing the run excludes us
+    try:
+        report = evaluate_run(run_dir, data=data_path, config=config_path, limit=limit, plots_dir=plots_dir)
+        _write_report(report, json_path)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    return path.resolve().is_relative_to(directory.resolve())
+
+
+def _write_report(report: dict, json_path: str | None) -> None:
+    from myxtts.evaluate import format_report
+
     click.echo(format_report(report))
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)

@@ -11,11 +11,12 @@ from myxtts.cli.common import clean_errors, config_option, load, override_option
 
 def _known_errors() -> tuple[type[BaseException], ...]:
     from myxtts.data.cache import CacheError
+    from myxtts.locks import DirectoryBusyError
     from myxtts.training import NonFiniteLossError, WorkdirError
     from myxtts.training.checkpoint import CheckpointError
     from myxtts.training.distribute import DistributionError
     from myxtts.training.monitor import RetraceError
-    return (CacheError, NonFiniteLossError, WorkdirError, CheckpointError, DistributionError, RetraceError)
+    return (CacheError, DirectoryBusyError, NonFiniteLossError, WorkdirError, CheckpointError, DistributionError, RetraceError)
 
 
 @click.command("train")

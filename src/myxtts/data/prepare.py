@@ -19,6 +19,11 @@ Crash safety: new utterance files get new names (their key covers the clip's fin
 and the manifest are written to a temporary name and renamed, the manifest last, and files the old
 manifest names are deleted only after the new one is in place. A full rebuild deletes the old
 manifest first. A crash therefore leaves either the previous valid cache or no valid-looking cache.
+Each finished clip is also appended to a journal (``myxtts.data.journal``), so a rerun after a kill
+keeps every clip that was completed and redoes only the rest.
+
+Locks (``myxtts.locks``): one ``prepare`` writes a cache at a time (a second one waits, then finds it up
+to date), and none changes a file while a training holds the cache's reader lock (it fails, naming it).
 """
 
 from __future__ import annotations
@@ -44,20 +49,16 @@ import numpy as np
 from myxtts.data.buckets import PLAN_FILE, BucketParams, BucketPlan, log_misfits, plan_buckets
 from myxtts.data.cache import (FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, REJECTED_FILE, UTTERANCE_DIR, VOCAB_FILE,
                                CacheError, FeatureCache, check_manifest, feature_params, load_index, read_utterance,
-                               save_index, write_utterance)
-from myxtts.data.corpus import CorpusEntry, Rejection, read_corpus
+                               save_index)
+from myxtts.data.clips import Clip, process_clip, rejected_again, rejection_detail
+from myxtts.data.corpus import Rejection, read_corpus
 from myxtts.data.fingerprint import CorpusDiff, clip_fingerprint, corpus_fingerprint, diff_corpus
 from myxtts.data.language import TextProcessors
+from myxtts.data.journal import JOURNAL_FILE, PrepareJournal, clip_from_file
 from myxtts.data.mel_stats import MelStats, MelStatsAccumulator
+from myxtts.locks import exclude_cache_readers, lock_cache_for_writing
 
 logger = logging.getLogger(__name__)
-
-
-# Reason codes added by prepare (audio reasons come from AudioError.reason, text ones from TextError.reason)
-TOO_SHORT = "too_short"
-TOO_LONG = "too_long"
-SILENT = "silent"
-NON_FINITE = "non_finite"
 
 
 @dataclass
@@ -81,8 +82,10 @@ class PrepareResult:
                 if update["clips_per_second"] else ""
             lines.append(f"Built cache {self.cache_dir} in {self.seconds:.1f} s (feature hash {m['feature_hash']}; "
                          "mel stored as float16).")
+            resumed = update.get("resumed", 0)
             lines.append(f"clips: {update['processed']} processed ({update['added']} new, {update['changed']} "
-                         f"changed{rate}), {update['reused']} reused unchanged, {update['removed']} removed")
+                         f"changed{rate}), {update['reused'] - resumed} reused unchanged, {update['removed']} removed"
+                         + (f", {resumed} resumed (finished by a prepare that was stopped)" if resumed else ""))
         lines.append(f"accepted: {m['counts']['accepted']} utterances ({m['hours']:.3f} h; train "
                      f"{len(m['splits']['train'])}, validation {len(m['splits']['validation'])}), "
                      f"speakers: {len(m['speakers'])}, languages: {', '.join(m['languages'])}")
@@ -108,103 +111,40 @@ def prepare(cfg: Any, force: bool = False, progress: bool = True,
     started = time.perf_counter()
     cache_dir = Path(cfg.cache_dir)
     d = cfg.data
-    manifest, problem = check_manifest(cache_dir, cfg.feature_hash(), feature_params(cfg))
-    corpus = read_corpus(cfg.corpus_path, d.corpus_format, language=d.language)
+    corpus = read_corpus(cfg.corpus_path, d.corpus_format, language=d.language)  # bad input fails before any lock
     fingerprints = {entry.id: clip_fingerprint(entry) for entry in corpus.entries}
-    if manifest is not None and not force:
-        if manifest.get("corpus_fingerprint") == corpus_fingerprint(corpus.entries, fingerprints, corpus.rejections):
-            _ensure_bucket_plan(cfg, cache_dir)
-            return PrepareResult(cache_dir, True, "", manifest, seconds=time.perf_counter() - started)
-    if manifest is None or force:
-        reason = "forced rebuild (--force)" if force else problem
-        (cache_dir / MANIFEST_FILE).unlink(missing_ok=True)  # invalidate first: a crash leaves no valid-looking cache
-        previous, kept = {}, {}
-    else:
-        previous, kept = _previous_clips(cache_dir, manifest)
-    diff = diff_corpus(corpus.entries, fingerprints, previous)
-    if previous:
-        reason = f"corpus changed: {diff.describe()}"
-    echo(f"Preparing features: {reason}.")
-    previous_stats = manifest.get("mel_stats") if previous else None
-    manifest = _build(cfg, cache_dir, corpus, fingerprints, previous, kept, diff, progress,
-                      workers or os.cpu_count() or 1, previous_stats)
+    with lock_cache_for_writing(cache_dir, echo):  # a second prepare waits here, then finds the cache up to date
+        manifest, problem = check_manifest(cache_dir, cfg.feature_hash(), feature_params(cfg))
+        if manifest is not None and not force:
+            if manifest.get("corpus_fingerprint") == corpus_fingerprint(corpus.entries, fingerprints,
+                                                                        corpus.rejections):
+                _ensure_bucket_plan(cfg, cache_dir)
+                return PrepareResult(cache_dir, True, "", manifest, seconds=time.perf_counter() - started)
+        with exclude_cache_readers(cache_dir):  # no file changes under a running training
+            if manifest is None or force:
+                reason = "forced rebuild (--force)" if force else problem
+                (cache_dir / MANIFEST_FILE).unlink(missing_ok=True)  # first: a crash leaves no valid-looking cache
+                if force:
+                    (cache_dir / JOURNAL_FILE).unlink(missing_ok=True)  # --force recomputes every clip
+                previous, kept = {}, {}
+            else:
+                previous, kept = _previous_clips(cache_dir, manifest)
+            diff = diff_corpus(corpus.entries, fingerprints, previous)
+            if previous:
+                reason = f"corpus changed: {diff.describe()}"
+            echo(f"Preparing features: {reason}.")
+            previous_stats = manifest.get("mel_stats") if previous else None
+            manifest = _build(cfg, cache_dir, corpus, fingerprints, previous, kept, diff, progress,
+                              workers or os.cpu_count() or 1, previous_stats)
     rejections = _read_rejections(cache_dir)
     return PrepareResult(cache_dir, False, reason, manifest, rejections, time.perf_counter() - started)
-
-
-# ---------------------------------------------------------------------------------------------
-# validation of one clip
-# ---------------------------------------------------------------------------------------------
-
-def validate_clip(entry: CorpusEntry, cfg: Any, text_processor: Any) -> tuple[np.ndarray, list[int]] | Rejection:
-    """(waveform [samples] float32, token ids) for a usable clip, else the Rejection saying why."""
-    from myxtts.audio import AudioError, load_audio
-    from myxtts.text import TextError
-
-    d = cfg.data
-    sample_rate = cfg.audio.sample_rate
-
-    def reject(reason: str, detail: str, file: Path | str = entry.audio_path) -> Rejection:
-        return Rejection(str(file), entry.line_number, reason, f"line {entry.line_number} ('{entry.id}'): {detail}")
-
-    try:
-        waveform = load_audio(entry.audio_path, sample_rate)  # [samples], mono, resampled
-    except AudioError as err:
-        return reject(err.reason, str(err))
-    if not np.all(np.isfinite(waveform)):
-        return reject(NON_FINITE, f"{entry.audio_path}: NaN or Inf samples after resampling")
-    duration = waveform.shape[0] / sample_rate
-    if duration < d.min_duration:
-        return reject(TOO_SHORT, f"{entry.audio_path}: {duration:.3f} s is shorter than data.min_duration "
-                      f"= {d.min_duration} s")
-    if duration > d.max_duration:
-        return reject(TOO_LONG, f"{entry.audio_path}: {duration:.3f} s is longer than data.max_duration "
-                      f"= {d.max_duration} s")
-    peak = float(np.max(np.abs(waveform)))
-    peak_db = 20.0 * np.log10(peak) if peak > 0 else -np.inf
-    if peak_db < d.silence_threshold_db:
-        return reject(SILENT, f"{entry.audio_path}: peak {peak_db:.1f} dBFS is below "
-                      f"data.silence_threshold_db = {d.silence_threshold_db} dBFS (silent clip)")
-    try:
-        tokens = text_processor.encode(entry.text)
-    except TextError as err:
-        return reject(err.reason, f"text {entry.text!r}: {err}")
-    return waveform, list(tokens)
 
 
 # ---------------------------------------------------------------------------------------------
 # building the cache (incrementally)
 # ---------------------------------------------------------------------------------------------
 
-@dataclass
-class _Clip:
-    """What the cache index keeps per accepted utterance."""
-
-    tokens: list[int]
-    frames: int
-    samples: int
-    file: str  # relative to the cache dir
-
-
-def _utterance_file(utterance_id: str, fingerprint: str, feature_hash: str) -> str:
-    key = hashlib.sha256(f"{utterance_id}\0{fingerprint}\0{feature_hash}".encode("utf-8")).hexdigest()[:24]
-    return f"{UTTERANCE_DIR}/{key[:2]}/{key}.utt"
-
-
-def _process_clip(entry: CorpusEntry, fingerprint: str, cfg: Any, processors: TextProcessors, frontend: Any,
-                  cache_dir: Path, feature_hash: str) -> _Clip | Rejection:
-    """Validate, compute the mel and write the utterance file of one clip (runs in a worker thread)."""
-    checked = validate_clip(entry, cfg, processors.for_language(entry.language))
-    if isinstance(checked, Rejection):
-        return checked
-    waveform, tokens = checked
-    mel = frontend.batch([waveform])[0]  # [frames, n_mels] float32 (TF releases the GIL: threads overlap)
-    file = _utterance_file(entry.id, fingerprint, feature_hash)
-    write_utterance(cache_dir / file, np.asarray(tokens, np.int32), mel)
-    return _Clip(list(tokens), int(mel.shape[0]), int(waveform.shape[0]), file)
-
-
-def _previous_clips(cache_dir: Path, manifest: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, _Clip]]:
+def _previous_clips(cache_dir: Path, manifest: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Clip]]:
     """(manifest ``clips`` table, accepted clips rebuilt from the index) of a usable previous cache."""
     if manifest is None:
         return {}, {}
@@ -215,13 +155,13 @@ def _previous_clips(cache_dir: Path, manifest: dict[str, Any] | None) -> tuple[d
     for row, utterance_id in enumerate(str(i) for i in index["ids"]):
         file = str(index["files"][row])
         if (cache_dir / file).is_file():  # a deleted utterance file is processed again
-            kept[utterance_id] = _Clip(index["tokens"][offsets[row]:offsets[row + 1]].tolist(),
+            kept[utterance_id] = Clip(index["tokens"][offsets[row]:offsets[row + 1]].tolist(),
                                        int(index["mel_lengths"][row]), int(table[utterance_id]["samples"]), file)
     return table, kept
 
 
 def _build(cfg: Any, cache_dir: Path, corpus: Any, fingerprints: dict[str, str], previous: dict[str, Any],
-           kept: dict[str, _Clip], diff: CorpusDiff, progress: bool, workers: int,
+           kept: dict[str, Clip], diff: CorpusDiff, progress: bool, workers: int,
            previous_stats: dict[str, Any] | None = None) -> dict[str, Any]:
     from tqdm import tqdm
 
@@ -232,29 +172,41 @@ def _build(cfg: Any, cache_dir: Path, corpus: Any, fingerprints: dict[str, str],
     cache_dir.mkdir(parents=True, exist_ok=True)
     processors = TextProcessors(cfg)
     frontend = MelFrontend(cfg.audio)
-    clips: dict[str, _Clip] = {}
+    clips: dict[str, Clip] = {}
     clip_rejections: dict[str, Rejection] = {}
-    todo = []
+    journal = PrepareJournal(cache_dir, feature_hash)
+    finished = journal.reusable(cache_dir, fingerprints)  # clips a stopped prepare completed: not redone
+    todo, resumed = [], 0
     for entry in corpus.entries:
         old = previous.get(entry.id)
         if entry.id in diff.unchanged and entry.id in kept:
             clips[entry.id] = kept[entry.id]
         elif entry.id in diff.unchanged and old is not None and "rejected" in old:
-            reason, file, detail = old["rejected"]  # unchanged clip, rejected before: same verdict, new line number
-            clip_rejections[entry.id] = Rejection(file, entry.line_number, reason,
-                                                  f"line {entry.line_number} ('{entry.id}'): {detail}")
+            clip_rejections[entry.id] = rejected_again(entry, *old["rejected"])  # same verdict, new line number
+        elif entry.id in finished:
+            record, resumed = finished[entry.id], resumed + 1
+            if "rejected" in record:
+                clip_rejections[entry.id] = rejected_again(entry, *record["rejected"])
+            else:
+                tokens, frames = clip_from_file(cache_dir, record["file"])
+                clips[entry.id] = Clip(tokens, frames, int(record["samples"]), record["file"])
         else:
             todo.append(entry)
     started = time.perf_counter()
+    journal.open(keep=bool(finished))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = pool.map(lambda e: _process_clip(e, fingerprints[e.id], cfg, processors, frontend, cache_dir,
+        results = pool.map(lambda e: process_clip(e, fingerprints[e.id], cfg, processors, frontend, cache_dir,
                                                    feature_hash), todo)
         for entry, result in tqdm(zip(todo, results), total=len(todo), desc="prepare", unit="clip",
                                   disable=not progress, leave=False):
             if isinstance(result, Rejection):
                 clip_rejections[entry.id] = result
+                journal.rejected(entry.id, fingerprints[entry.id], result.reason, result.file,
+                                 rejection_detail(entry.id, result))
             else:
                 clips[entry.id] = result
+                journal.accepted(entry.id, fingerprints[entry.id], result.file, result.samples)
+    journal.close(delete=False)
     process_seconds = time.perf_counter() - started
     accepted = [e for e in corpus.entries if e.id in clips]  # corpus order
     rejections = list(corpus.rejections) + [clip_rejections[e.id] for e in corpus.entries if e.id in clip_rejections]
@@ -289,10 +241,8 @@ def _build(cfg: Any, cache_dir: Path, corpus: Any, fingerprints: dict[str, str],
     table: dict[str, Any] = {i: {"fingerprint": fingerprints[i], "file": clips[i].file, "samples": clips[i].samples}
                              for i in ids}
     for utterance_id, rejection in clip_rejections.items():
-        prefix = f"line {rejection.line} ('{utterance_id}'): "
-        detail = rejection.message[len(prefix):] if rejection.message.startswith(prefix) else rejection.message
         table[utterance_id] = {"fingerprint": fingerprints[utterance_id],
-                               "rejected": [rejection.reason, rejection.file, detail]}
+                               "rejected": [rejection.reason, rejection.file, rejection_detail(utterance_id, rejection)]}
     counts = Counter(r.reason for r in rejections)
     train_ids = [i for i in ids if i not in validation]
     mel_stats = train_mel_stats(cache_dir, [clips[i].file for i in train_ids], cfg.audio.n_mels, workers,
@@ -308,7 +258,7 @@ def _build(cfg: Any, cache_dir: Path, corpus: Any, fingerprints: dict[str, str],
         "counts": {"accepted": len(accepted), "rejected": len(rejections), "rejected_by_reason": dict(counts),
                    "single_clip": {"speakers": len(single_ids), "clips": len(single_ids)}},
         "update": {"processed": len(todo), "added": len(diff.added), "changed": len(diff.changed),
-                   "removed": len(diff.removed), "reused": len(corpus.entries) - len(todo),
+                   "removed": len(diff.removed), "reused": len(corpus.entries) - len(todo), "resumed": resumed,
                    "seconds": round(process_seconds, 3), "workers": workers,
                    "clips_per_second": round(len(todo) / process_seconds, 1) if todo and process_seconds > 0 else None},
         "single_clip_ids": single_ids,
@@ -325,6 +275,7 @@ def _build(cfg: Any, cache_dir: Path, corpus: Any, fingerprints: dict[str, str],
     }
     _write_bucket_plan(cfg, cache_dir, index["token_lengths"], index["mel_lengths"], ids)
     _atomic_write(cache_dir / MANIFEST_FILE, json.dumps(manifest, indent=0))  # last: makes the cache valid
+    journal.close(delete=True)  # the manifest now holds everything it recorded
     _remove_unreferenced(cache_dir, {clips[i].file for i in ids})
     return manifest
 

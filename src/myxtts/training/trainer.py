@@ -11,6 +11,7 @@ Run directory (what ``myxtts.synthesis`` relies on)::
     WORKDIR/mel_stats.json  the cache's per-bin mel mean / std: the model's mels are normalised with them
     WORKDIR/checkpoints/ model, optimizer, counters, data iterator
     WORKDIR/metrics.jsonl, WORKDIR/tensorboard/{train,validation,listening}/, WORKDIR/retraces.jsonl
+    WORKDIR/run.lock     held by the process training into it (its pid, host, start): one writer at a time
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import tensorflow as tf
 
 from myxtts.config import Config, save_config
 from myxtts.diagnostics.tf_warning import expected_traces
+from myxtts.locks import lock_cache_for_reading, lock_run_directory
 from myxtts.training.checkpoint import Checkpoints
 from myxtts.training.device_feed import DeviceFeed, default_device
 from myxtts.training.distribute import check_divisible, is_chief, make_strategy
@@ -56,16 +58,26 @@ class Trainer:
         and one exists; None: nowhere; tests pass a CPU device to run the device-feed path)."""
         self.cfg, self.workdir, self.resume = cfg, Path(workdir), resume
         self.progress, self.echo, self.batch_filter = progress, echo, batch_filter
+        self.locks: list[Any] = []  # released by run(), however it ends
         self.feed_device = feed_device  # resolved in stage_loop: listing devices here would start TF's context
         # before the strategy exists (MultiWorkerMirroredStrategy must configure collectives first)
 
     def run(self) -> dict[str, Any]:
-        self.stage_config()
-        self.stage_data()
-        self.stage_model()
-        self.stage_checkpoint()
-        self.stage_compile()
-        return self.stage_loop()
+        try:
+            self.stage_config()
+            self.stage_data()
+            self.stage_model()
+            self.stage_checkpoint()
+            self.stage_compile()
+            return self.stage_loop()
+        finally:
+            self.release_locks()
+
+    def release_locks(self) -> None:
+        """The run directory's and the cache's locks (the kernel drops them too if the process dies)."""
+        for lock in self.locks:
+            lock.release()
+        self.locks.clear()
 
     # ---- stages ------------------------------------------------------------------------------------
     def stage_config(self) -> None:
@@ -77,7 +89,8 @@ class Trainer:
         self.strategy = make_strategy(self.cfg)
         self.chief = is_chief(self.strategy)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        if self.chief:
+        if self.chief:  # one writer per run directory: a second `train` fails here, before touching anything
+            self.locks.append(lock_run_directory(self.workdir))
             save_config(self.cfg, self.workdir / "config.yaml")
 
     def stage_data(self) -> None:
@@ -86,6 +99,8 @@ class Trainer:
         from myxtts.data.pipeline import InputPipeline
         from myxtts.text import Vocabulary
 
+        # held while training: prepare cannot rewrite the cache under it (and a rebuild in progress is waited for)
+        self.locks.append(lock_cache_for_reading(self.cfg.cache_dir, self.echo))
         replicas = self.strategy.num_replicas_in_sync  # bucket batches: replicas x a per-replica frame budget
         self.train_pipeline = InputPipeline(self.cfg, "train", replicas=replicas)
         self.signatures = self.train_pipeline.signatures()

@@ -1,0 +1,103 @@
+"""The prepare journal: what a ``prepare`` finished, line by line, so a killed one loses no finished clip.
+
+``prepare`` appends one JSON line per clip once its verdict is final: accepted (after its utterance file
+was written and renamed into place, so a journalled file is always whole) or rejected (the reason).
+The first line records the feature hash the lines belong to. The next ``prepare`` with the same feature
+hash reuses every journalled clip whose fingerprint is unchanged and whose utterance file is complete
+(its size matches its header); anything else (a clip cut off mid-write, a torn last line, a changed clip)
+is processed again. The journal is deleted once the manifest that supersedes it is in place.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from myxtts.data.cache import HEADER_BYTES, CacheError, read_utterance
+
+JOURNAL_FILE = "prepare-journal.jsonl"
+
+
+def utterance_file_complete(path: Path) -> bool:
+    """True when the utterance file exists, reads, and holds exactly the bytes its header announces."""
+    try:
+        tokens, mel = read_utterance(path)
+        expected = HEADER_BYTES + 4 * tokens.size + 2 * mel.size
+        return path.stat().st_size == expected and mel.shape[0] > 0
+    except (OSError, ValueError, CacheError):
+        return False
+
+
+class PrepareJournal:
+    """Append-only record of finished clips for one feature hash (see the module docstring)."""
+
+    def __init__(self, cache_dir: Path, feature_hash: str):
+        self.path = Path(cache_dir) / JOURNAL_FILE
+        self.feature_hash = feature_hash
+        self._handle: TextIO | None = None
+
+    def finished(self) -> dict[str, dict[str, Any]]:
+        """utterance id -> its last journal record, when the journal belongs to this feature hash."""
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return {}
+        records: dict[str, dict[str, Any]] = {}
+        for number, line in enumerate(lines):
+            try:
+                record = json.loads(line)
+            except ValueError:  # a line torn by the kill
+                continue
+            if number == 0:
+                if record.get("feature_hash") != self.feature_hash:
+                    return {}
+                continue
+            if isinstance(record, dict) and "id" in record and "fingerprint" in record:
+                records[str(record["id"])] = record
+        return records
+
+    def reusable(self, cache_dir: Path, fingerprints: dict[str, str]) -> dict[str, dict[str, Any]]:
+        """The finished records still valid: same fingerprint, and (accepted) a complete utterance file."""
+        usable = {}
+        for utterance_id, record in self.finished().items():
+            if fingerprints.get(utterance_id) != record["fingerprint"]:
+                continue
+            if "rejected" in record or utterance_file_complete(cache_dir / str(record.get("file", ""))):
+                usable[utterance_id] = record
+        return usable
+
+    def open(self, keep: bool) -> None:
+        """Start appending; ``keep=False`` starts a new journal (another feature hash, or none yet)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not keep or not self.path.is_file():
+            self.path.write_text(json.dumps({"feature_hash": self.feature_hash}) + "\n", encoding="utf-8")
+        self._handle = open(self.path, "a", encoding="utf-8")
+
+    def accepted(self, utterance_id: str, fingerprint: str, file: str, samples: int) -> None:
+        self._append({"id": utterance_id, "fingerprint": fingerprint, "file": file, "samples": samples})
+
+    def rejected(self, utterance_id: str, fingerprint: str, reason: str, file: str, detail: str) -> None:
+        self._append({"id": utterance_id, "fingerprint": fingerprint, "rejected": [reason, file, detail]})
+
+    def _append(self, record: dict[str, Any]) -> None:
+        if self._handle is None:
+            raise RuntimeError("PrepareJournal.open() first")
+        # flushed line by line: the kernel keeps what was written whatever happens to this process
+        self._handle.write(json.dumps(record) + "\n")
+        self._handle.flush()
+
+    def close(self, delete: bool) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+        if delete:
+            self.path.unlink(missing_ok=True)
+
+
+def clip_from_file(cache_dir: Path, file: str) -> tuple[list[int], int]:
+    """(tokens, frames) of a complete utterance file."""
+    tokens, mel = read_utterance(cache_dir / file)
+    return np.asarray(tokens).tolist(), int(mel.shape[0])

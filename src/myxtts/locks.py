@@ -1,0 +1,197 @@
+"""Advisory locks on run and cache directories, so two processes cannot trample one directory.
+
+The locks are ``flock`` locks on a file inside the directory: the kernel releases them when the process
+ends, however it ends (``kill -9`` included), so there is never a stale lock to clean up. Next to the lock
+the holder records its pid, host, start time and command line, which the error of a second process names.
+
+- A run directory (``RUN_LOCK``): one writer at a time (``train``, and anything that writes into a run).
+  A second writer fails at once (``DirectoryBusyError``). Readers (synthesis, TensorBoard) take no lock.
+- A cache directory: ``prepare`` holds ``CACHE_WRITE_LOCK`` (a second ``prepare`` waits for the first, then
+  finds the cache up to date); ``train`` holds ``CACHE_READ_LOCK`` shared for as long as it reads the cache,
+  and ``prepare`` needs it exclusive before it changes a file: a rebuild under a running training is refused,
+  and a training started during a rebuild waits for it.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+RUN_LOCK = "run.lock"
+CACHE_WRITE_LOCK = "prepare.lock"
+CACHE_READ_LOCK = "readers.lock"
+READERS_DIR = "readers"  # one holder record per process holding CACHE_READ_LOCK shared
+
+
+class DirectoryBusyError(ValueError):
+    """Another process holds the lock; the message names it and says what to do."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    pid: int
+    host: str
+    started: str
+    command: str
+
+    @classmethod
+    def this_process(cls) -> "Holder":
+        return cls(os.getpid(), socket.gethostname(), datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                   " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python")
+
+    @classmethod
+    def read(cls, path: Path) -> "Holder | None":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return cls(int(data["pid"]), str(data["host"]), str(data["started"]), str(data["command"]))
+        except (OSError, ValueError, KeyError, TypeError):  # none yet, or being written
+            return None
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.__dict__), encoding="utf-8")
+
+    def alive(self) -> bool:
+        """False only when the pid is known dead on this host (a record left by a killed process)."""
+        if self.host != socket.gethostname():
+            return True
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def describe(self) -> str:
+        return f"pid {self.pid} on {self.host}, since {self.started} (`{self.command}`)"
+
+
+class DirectoryLock:
+    """One ``flock`` on ``directory / name``; a context manager. ``shared=True`` takes a shared lock, whose
+    holders each record themselves under ``directory / READERS_DIR``."""
+
+    def __init__(self, directory: Path | str, name: str, shared: bool = False):
+        self.directory, self.name, self.shared = Path(directory), name, shared
+        self.path = self.directory / name
+        self._handle = None
+        self._record: Path | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._handle is not None
+
+    def holders(self) -> list[Holder]:
+        """Who holds this lock now, as recorded: an exclusive holder writes itself into the lock file (and
+        empties it on release); shared holders each leave a record under ``READERS_DIR`` (the live ones count)."""
+        found = [h for h in [Holder.read(self.path)] if h is not None and h.alive()]
+        for record in sorted((self.directory / READERS_DIR).glob("*.json")):
+            holder = Holder.read(record)
+            if holder is not None and holder.alive():
+                found.append(holder)
+        unique = {(h.host, h.pid): h for h in found if not (h.pid == os.getpid() and h.host == socket.gethostname())}
+        return list(unique.values())
+
+    def try_acquire(self) -> bool:
+        """Take the lock if it is free; False if another process (or another handle) holds it."""
+        if self.held:
+            return True
+        self.directory.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+", encoding="utf-8")  # never truncates: the record belongs to the holder
+        try:
+            fcntl.flock(handle.fileno(), (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except OSError as err:
+            handle.close()
+            if err.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                return False
+            raise
+        self._handle = handle
+        me = Holder.this_process()
+        if self.shared:
+            self._record = self.directory / READERS_DIR / f"{me.host}-{me.pid}.json"
+            self._record.parent.mkdir(exist_ok=True)
+            me.write(self._record)
+        else:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(json.dumps(me.__dict__))
+            handle.flush()
+        return True
+
+    def acquire(self, wait: bool = False, on_wait: Callable[[str], None] | None = None,
+                what: str = "", advice: str = "", poll_seconds: float = 0.5) -> "DirectoryLock":
+        """Take the lock. Held elsewhere: ``wait=False`` raises ``DirectoryBusyError`` naming the holder(s),
+        ``what`` (e.g. "the run directory runs/x is being written") and ``advice``; ``wait=True`` calls
+        ``on_wait`` once with that message and polls until the lock is free."""
+        if self.try_acquire():
+            return self
+        message = self.busy_message(what, advice)
+        if not wait:
+            raise DirectoryBusyError(message)
+        if on_wait is not None:
+            on_wait(f"waiting: {message}")
+        while not self.try_acquire():
+            time.sleep(poll_seconds)
+        return self
+
+    def busy_message(self, what: str, advice: str) -> str:
+        holders = self.holders()
+        named = "; ".join(h.describe() for h in holders) if holders else "a process that left no record"
+        return f"{what or self.path} (lock {self.path}, held by {named}). {advice}".strip()
+
+    def release(self) -> None:
+        if self._handle is None:
+            return
+        if self._record is not None:
+            self._record.unlink(missing_ok=True)
+            self._record = None
+        else:  # exclusive: the record says who holds it now, so it goes before the lock does
+            self._handle.seek(0)
+            self._handle.truncate()
+            self._handle.flush()
+        fcntl.flock(self._handle.fileno(), fcntl.LOCK_UN)
+        self._handle.close()
+        self._handle = None
+
+    def __enter__(self) -> "DirectoryLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def lock_run_directory(workdir: Path | str) -> DirectoryLock:
+    """The writer's lock on a run directory, taken at once or ``DirectoryBusyError``."""
+    return DirectoryLock(workdir, RUN_LOCK).acquire(
+        what=f"the run directory {workdir} is being written by another process",
+        advice="Wait for it to finish (or stop it), or choose another --workdir. Reading the run (synthesize, "
+               "TensorBoard) needs no lock.")
+
+
+def lock_cache_for_reading(cache_dir: Path | str, echo: Callable[[str], None] | None = None) -> DirectoryLock:
+    """A training's shared lock on its cache: waits (saying so) while ``prepare`` rewrites the cache."""
+    return DirectoryLock(cache_dir, CACHE_READ_LOCK, shared=True).acquire(
+        wait=True, on_wait=echo, what=f"the cache {cache_dir} is being rebuilt by `myxtts prepare`",
+        advice="Training starts when it is done.")
+
+
+def lock_cache_for_writing(cache_dir: Path | str, echo: Callable[[str], None] | None = None) -> DirectoryLock:
+    """``prepare``'s lock: one writer at a time; a second ``prepare`` waits (saying so) for the first."""
+    return DirectoryLock(cache_dir, CACHE_WRITE_LOCK).acquire(
+        wait=True, on_wait=echo, what=f"another `myxtts prepare` is writing the cache {cache_dir}",
+        advice="This one goes on when it is done (and reuses what it wrote).")
+
+
+def exclude_cache_readers(cache_dir: Path | str) -> DirectoryLock:
+    """Taken by ``prepare`` before it changes any file of the cache: fails at once while a training reads it."""
+    return DirectoryLock(cache_dir, CACHE_READ_LOCK).acquire(
+        what=f"the cache {cache_dir} is being read by a training, and this prepare would change it",
+        advice="Wait for the training to end (or stop it), or prepare into another data.cache_dir.")
