@@ -136,6 +136,21 @@ def test_parallel_synthesis_compiles_every_bucket_at_warm_up_and_never_again(pre
     slow = Synthesizer.from_run(tmp_path / "run", batch_size=2, length_scale=8.0)
     with pytest.raises(SynthesisLengthError, match="Printing, in the only sense.*data.max_mel_frames"):
         slow.synthesize_detailed(texts[2:3], reference)
+
+    # any length of text: split into pieces that fit, decoded in the warmed-up buckets, joined with pauses
+    transcripts = [line.split("|")[2] for line in (bundled_corpus / "metadata.csv").read_text().splitlines()]
+    document = " ".join(transcripts[:6]) + "\n\n" + " ".join(transcripts[6:9])
+    long = synthesizer.synthesize_long(document, reference)
+    assert synthesizer.tracing_count() == traced
+    budget = synthesizer.lengths.piece_token_budget()
+    assert len(long.pieces) >= 9 and max(len(r.tokens) for r in long.results) <= budget
+    assert " ".join(p.text for p in long.pieces).split() == document.split()  # every word, in order, once
+    assert [p.paragraph for p in long.pieces].count(1) >= 3 and long.pieces[-1].pause_after == 0
+    pauses = sum(int(round(p.pause_after * synthesizer.sample_rate)) for p in long.pieces)
+    assert long.waveform.size == sum(r.waveform.size for r in long.results) + pauses
+    assert all(r.frames == 4 * len(r.tokens) for r in long.results)
+    spoken = slow.synthesize_long(texts[2], reference)  # the sentence that was too long at this speed
+    assert len(spoken.pieces) >= 2 and all(r.ended_by == "durations" for r in spoken.results)
     for flag in ({"monotonic_attention": True}, {"alignment_stop": False}, {"prenet_dropout": False}):
         with pytest.raises(ValueError, match="steer the autoregressive decoder"):
             Synthesizer.from_run(tmp_path / "run", **flag)

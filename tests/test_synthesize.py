@@ -91,6 +91,21 @@ def test_cli_checkpoint_and_text_file(tiny_run, tmp_path):
     assert lengths[1] < lengths[0] and lengths[1] < lengths[2]  # "Short one." is far shorter
 
 
+def test_cli_says_a_text_file_of_paragraphs_as_one_wav(tiny_run, tmp_path):
+    from myxtts.cli import main
+    from myxtts.synthesis.text_split import PARAGRAPH_PAUSE, SENTENCE_PAUSE
+
+    text_file = tmp_path / "chapter.txt"
+    text_file.write_text("The first paragraph. It has two\nsentences.\n\nThe second one.\n", encoding="utf-8")
+    out = tmp_path / "chapter.wav"
+    result = CliRunner().invoke(main, ["synthesize", "--run", str(tiny_run), "--text-file", str(text_file),
+                                       "--reference", str(bundled_wavs(1)[0]), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "3 pieces" in result.output
+    wave, rate = soundfile.read(str(out), dtype="float32")
+    assert wave.size > (SENTENCE_PAUSE + PARAGRAPH_PAUSE) * rate
+
+
 def test_python_api_keeps_mel_and_alignment(synthesizer):
     wave = synthesizer.synthesize("The quick brown fox jumps over the lazy dog.", bundled_wavs(1)[0])
     result = synthesizer.last_results[0]
@@ -155,7 +170,7 @@ def test_no_retrace_over_twenty_texts(synthesizer):
 
 @pytest.mark.parametrize("case", ["empty_text", "unknown_characters", "missing_reference", "unreadable_reference",
                                   "missing_run", "run_without_checkpoint", "run_without_mel_stats",
-                                  "missing_checkpoint", "too_long"])
+                                  "missing_checkpoint", "word_too_long"])
 def test_cli_errors(case, tiny_run, tmp_path):
     from myxtts.cli import main
 
@@ -163,7 +178,7 @@ def test_cli_errors(case, tiny_run, tmp_path):
     expected = {"empty_text": "empty", "unknown_characters": "no character", "missing_reference": "not found",
                 "unreadable_reference": "reference.wav", "missing_run": "not found", "run_without_checkpoint":
                 "No checkpoint", "run_without_mel_stats": "mel_stats.json is missing",
-                "missing_checkpoint": "Checkpoint not found", "too_long": "max_text_length"}[case]
+                "missing_checkpoint": "Checkpoint not found", "word_too_long": "alone is longer"}[case]
     if case == "empty_text":
         text = "   "
     elif case == "unknown_characters":
@@ -187,8 +202,8 @@ def test_cli_errors(case, tiny_run, tmp_path):
         run = ["--run", str(tmp_path / "old-run")]
     elif case == "missing_checkpoint":
         run = ["--checkpoint", str(tmp_path / "ckpt-9"), "--config", str(tiny_run / "config.yaml")]
-    elif case == "too_long":
-        text = " ".join(TEXTS[:4])
+    elif case == "word_too_long":  # a long text is split; a word no piece can hold is an error
+        text = "It said " + "abracadabra" * 30 + " twice."
     result = CliRunner().invoke(main, ["synthesize", *run, "--text", text, "--reference", reference,
                                        "--out", str(tmp_path / "o.wav")])
     assert result.exit_code == 2, result.output

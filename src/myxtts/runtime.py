@@ -59,6 +59,7 @@ TF_LOG_VARIABLE = "MYXTTS_TF_LOG"  # set (to anything but 0) to see TensorFlow's
 _CHATTER = re.compile(
     r"^(WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
     r"|[IW]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] .*"  # glog info / warning lines (oneDNN notice, CPU features, ...)
+    r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\."
     r"|E\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] Unable to register \w+ factory.*)$")  # CUDA plugin registration
 
 

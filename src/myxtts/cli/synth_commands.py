@@ -27,20 +27,23 @@ def _synthesizer(run_dir: str | None, checkpoint: str | None, config_path: str |
     raise RunError("Give --run RUN_DIR, or --checkpoint CKPT with --config CFG.")
 
 
-def _read_texts(text: str | None, text_file: str | None) -> list[str]:
+def _read_texts(text: str | None, text_file: str | None, one_document: bool) -> list[str]:
+    """The texts to say: ``--text``, or ``--text-file`` as one document (``one_document``: paragraphs and
+    chapters, for one --out file) or one text per non-empty line (for --out-dir)."""
     if (text is None) == (text_file is None):
         raise ValueError("Give exactly one of --text or --text-file.")
     if text is not None:
         if not text.strip():
-            raise ValueError("--text is empty: give the sentence to synthesize.")
+            raise ValueError("--text is empty: give the text to synthesize.")
         return [text]
     path = Path(text_file)
     if not path.is_file():
         raise ValueError(f"Text file not found: {path}")
-    texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    texts = [line for line in texts if line]
+    content = path.read_text(encoding="utf-8")
+    texts = [content] if one_document else [line.strip() for line in content.splitlines()]
+    texts = [t for t in texts if t.strip()]
     if not texts:
-        raise ValueError(f"Text file {path} has no non-empty line (one text per line).")
+        raise ValueError(f"Text file {path} has no text.")
     return texts
 
 
@@ -49,10 +52,12 @@ def _read_texts(text: str | None, text_file: str | None) -> list[str]:
 @click.option("--checkpoint", type=click.Path(), help="Checkpoint prefix (e.g. RUN/checkpoints/ckpt-3) or folder.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="Config (required with --checkpoint; with --run it replaces the run's config.yaml).")
-@click.option("--text", help="Sentence to synthesize.")
-@click.option("--text-file", type=click.Path(dir_okay=False), help="Texts to synthesize, one per line.")
+@click.option("--text", help="Text to synthesize: a sentence or many (split into pieces the model can say).")
+@click.option("--text-file", type=click.Path(dir_okay=False),
+              help="Text file: with --out the whole file (paragraphs, chapters) as one wav; with --out-dir one wav "
+                   "per line.")
 @click.option("--reference", required=True, type=click.Path(), help="Reference voice clip (any audio format).")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Output wav (one text).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Output wav (the whole text).")
 @click.option("--out-dir", type=click.Path(file_okay=False), help="Output folder (001.wav, 002.wav, ...).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True,
               help="Texts decoded together (one compiled graph per batch size and text bucket).")
@@ -70,29 +75,33 @@ def _read_texts(text: str | None, text_file: str | None) -> list[str]:
 def synthesize_command(run_dir, checkpoint, config_path, text, text_file, reference, out_path, out_dir,
                        batch_size, monotonic_attention, alignment_stop, prenet_dropout, speed) -> None:
     """Text + a reference voice clip -> 16-bit WAV at the configured sample rate."""
-    from myxtts.synthesis import write_results
     from myxtts.vocoder import write_wav
 
-    texts = _read_texts(text, text_file)
     if (out_path is None) == (out_dir is None):
-        raise ValueError("Give exactly one of --out (one text) or --out-dir (any number of texts).")
-    if out_path is not None and len(texts) > 1:
-        raise ValueError(f"{len(texts)} texts need --out-dir, not --out.")
+        raise ValueError("Give exactly one of --out (one wav for the whole text, split where it must be) or "
+                         "--out-dir (one wav per line of --text-file).")
+    texts = _read_texts(text, text_file, one_document=out_path is not None)
     if not Path(reference).is_file():
         raise ValueError(f"Reference clip not found: {reference}")
     synthesizer = _synthesizer(run_dir, checkpoint, config_path, batch_size, monotonic_attention=monotonic_attention,
                                alignment_stop=alignment_stop, prenet_dropout=prenet_dropout,
                                length_scale=1.0 / speed)
-    results = synthesizer.synthesize_detailed(texts, reference)
+    documents = synthesizer.synthesize_documents(texts, reference)
     rate = synthesizer.sample_rate
-    paths = [write_wav(out_path, results[0].waveform, rate)] if out_path else write_results(results, out_dir, rate)
-    for path, result in zip(paths, results):
-        seconds = len(result.waveform) / rate
-        compute = result.decode_seconds + result.vocoder_seconds
-        ending = result.ended_by if result.ended_by != "maximum length" else \
-            f"maximum length ({result.max_frames} frames)"
-        click.echo(f"wrote {path} ({seconds:.2f} s, {result.frames} frames, ended by {ending}, "
-                   f"RTF {compute / max(seconds, 1e-9):.3f})")
+    if out_path:
+        paths = [write_wav(out_path, documents[0].waveform, rate)]
+    else:
+        width = max(3, len(str(len(documents))))
+        paths = [write_wav(Path(out_dir) / f"{index + 1:0{width}d}.wav", document.waveform, rate)
+                 for index, document in enumerate(documents)]
+    for path, document in zip(paths, documents):
+        seconds = len(document.waveform) / rate
+        compute = sum(r.decode_seconds + r.vocoder_seconds for r in document.results)
+        endings = sorted({r.ended_by if r.ended_by != "maximum length" else f"maximum length ({r.max_frames} frames)"
+                          for r in document.results})
+        pieces = f"{len(document.pieces)} pieces, " if len(document.pieces) > 1 else ""
+        click.echo(f"wrote {path} ({seconds:.2f} s, {pieces}{sum(r.frames for r in document.results)} frames, "
+                   f"ended by {', '.join(endings)}, RTF {compute / max(seconds, 1e-9):.3f})")
     click.echo(f"compiled decoder graphs: {synthesizer.tracing_count()} ({sorted(synthesizer.decoder.functions)})")
 
 

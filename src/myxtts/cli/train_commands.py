@@ -16,7 +16,8 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from myxtts.training.checkpoint import CheckpointError
     from myxtts.training.distribute import DistributionError
     from myxtts.training.monitor import RetraceError
-    return (CacheError, DirectoryBusyError, NonFiniteLossError, WorkdirError, CheckpointError, DistributionError, RetraceError)
+    return (CacheError, DirectoryBusyError, NonFiniteLossError, WorkdirError, CheckpointError, DistributionError,
+            RetraceError)
 
 
 @click.command("train")

@@ -242,7 +242,8 @@ def _build(cfg: Any, cache_dir: Path, corpus: Any, fingerprints: dict[str, str],
                              for i in ids}
     for utterance_id, rejection in clip_rejections.items():
         table[utterance_id] = {"fingerprint": fingerprints[utterance_id],
-                               "rejected": [rejection.reason, rejection.file, rejection_detail(utterance_id, rejection)]}
+                               "rejected": [rejection.reason, rejection.file,
+                                            rejection_detail(utterance_id, rejection)]}
     counts = Counter(r.reason for r in rejections)
     train_ids = [i for i in ids if i not in validation]
     mel_stats = train_mel_stats(cache_dir, [clips[i].file for i in train_ids], cfg.audio.n_mels, workers,

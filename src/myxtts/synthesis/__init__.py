@@ -4,8 +4,9 @@ from myxtts.synthesis.decoding import STOP_THRESHOLD, CompiledDecoder
 from myxtts.synthesis.lengths import LengthPolicy, TextTooLongError
 from myxtts.synthesis.loading import (RunError, latest_checkpoint, load_model_from_checkpoint, load_model_from_run,
                                       save_run)
-from myxtts.synthesis.synthesizer import SynthesisResult, Synthesizer, write_results
+from myxtts.synthesis.synthesizer import LongSynthesis, SynthesisResult, Synthesizer, write_results
+from myxtts.synthesis.text_split import TextPiece, split_text
 
-__all__ = ["STOP_THRESHOLD", "CompiledDecoder", "LengthPolicy", "RunError", "SynthesisResult", "Synthesizer",
-           "TextTooLongError", "latest_checkpoint", "load_model_from_checkpoint", "load_model_from_run", "save_run",
-           "write_results"]
+__all__ = ["STOP_THRESHOLD", "CompiledDecoder", "LengthPolicy", "LongSynthesis", "RunError", "SynthesisResult",
+           "Synthesizer", "TextPiece", "TextTooLongError", "latest_checkpoint", "load_model_from_checkpoint",
+           "load_model_from_run", "save_run", "split_text", "write_results"]

@@ -28,6 +28,8 @@ from myxtts.config import Config
 
 DEFAULT_MIN_FRAMES_PER_TOKEN = 2.0  # LJSpeech characters at hop 256: 0.5 x the fastest speech (~4.2)
 DEFAULT_MAX_FRAMES_PER_TOKEN = 9.5  # 1.5 x the slowest (~6.1)
+DEFAULT_TYPICAL_FRAMES_PER_TOKEN = 5.2  # the median of the bundled clips
+PIECE_MARGIN = 1.3  # a split text's piece may take this much more than the typical frames per token
 MIN_RATIO_SCALE = 0.5  # min_frames_per_token = MIN_RATIO_SCALE * 1st percentile of the data's ratio
 MAX_RATIO_SCALE = 1.5  # max_frames_per_token = MAX_RATIO_SCALE * 99th percentile
 TEXT_BUCKET_MULTIPLE = 32
@@ -46,11 +48,13 @@ class LengthPolicy:
     max_text_length: int
     text_bucket_multiple: int = TEXT_BUCKET_MULTIPLE
     source: str = "defaults"  # where the ratios came from (reported by evaluate / the CLI)
+    typical_frames_per_token: float = DEFAULT_TYPICAL_FRAMES_PER_TOKEN  # the data's median ratio
 
     @classmethod
     def from_config(cls, cfg: Config, text_bucket_multiple: int = TEXT_BUCKET_MULTIPLE) -> "LengthPolicy":
         """Ratios from the config's prepared cache when it is usable, else the LJSpeech defaults."""
         low, high, source = DEFAULT_MIN_FRAMES_PER_TOKEN, DEFAULT_MAX_FRAMES_PER_TOKEN, "defaults (no usable cache)"
+        typical = DEFAULT_TYPICAL_FRAMES_PER_TOKEN
         try:
             from myxtts.data.cache import FeatureCache
 
@@ -59,6 +63,7 @@ class LengthPolicy:
                 ratios = cache.mel_lengths / np.maximum(cache.token_lengths, 1)  # [utterances]
                 low = MIN_RATIO_SCALE * float(np.percentile(ratios, 1))
                 high = MAX_RATIO_SCALE * float(np.percentile(ratios, 99))
+                typical = float(np.median(ratios))
                 source = f"cache {cfg.cache_dir} ({len(cache)} utterances)"
         except (ValueError, OSError, KeyError):
             pass  # no cache next to this run: defaults, reported in `source`
@@ -67,7 +72,7 @@ class LengthPolicy:
         cap = min(cfg.data.max_mel_frames, cfg.model.max_attention_sequence_length * r)
         return cls(min_frames_per_token=low, max_frames_per_token=max(high, low + 1.0), reduction_factor=r,
                    max_frames=cap, max_text_length=cfg.data.max_text_length,
-                   text_bucket_multiple=text_bucket_multiple, source=source)
+                   text_bucket_multiple=text_bucket_multiple, source=source, typical_frames_per_token=typical)
 
     # ---- buckets ------------------------------------------------------------------------------
     def text_buckets(self) -> list[int]:
@@ -80,12 +85,18 @@ class LengthPolicy:
             raise TextTooLongError(
                 f"Text has {num_tokens} tokens (with bos/eos), more than data.max_text_length "
                 f"({self.max_text_length}) the model was trained with; split it into sentences "
-                "(one per line with --text-file).")
+                "(Synthesizer.synthesize_long and `myxtts synthesize` split long text themselves).")
         return next(bucket for bucket in self.text_buckets() if bucket >= num_tokens)
 
     def bucket_max_steps(self, text_bucket: int) -> int:
         """Decoder steps preallocated for a bucket: the maximum length of its longest text."""
         return self.max_steps(text_bucket)
+
+    def piece_token_budget(self, length_scale: float = 1.0) -> int:
+        """The most tokens a piece of a split text may have: it fits the largest text bucket, and at the data's
+        typical speaking rate (times ``length_scale`` and a margin) its speech fits the largest mel length."""
+        frames_per_token = self.typical_frames_per_token * length_scale * PIECE_MARGIN
+        return max(8, min(self.max_text_length, math.floor(self.max_frames / frames_per_token)))
 
     # ---- per-text limits (decoder steps of r frames) ----------------------------------------------
     def min_steps(self, num_tokens: int) -> int:

@@ -104,8 +104,8 @@ class CompiledParallelDecoder:
         which = f" (texts: {'; '.join(repr(text[:60]) for text in texts)})" if texts else ""
         raise SynthesisLengthError(
             f"The predicted speech is {frames} frames long{which}, more than the largest mel bucket "
-            f"(data.max_mel_frames = {self.buckets[-1]}); split the text into shorter sentences (one per line "
-            "with --text-file) or raise the speed.")
+            f"(data.max_mel_frames = {self.buckets[-1]}); split the text into shorter pieces (as "
+            "Synthesizer.synthesize_long and `myxtts synthesize` do) or raise the speed.")
 
     def __call__(self, tokens: np.ndarray, token_lengths: np.ndarray, reference_mel: np.ndarray,
                  reference_lengths: np.ndarray, texts: list[str] | None = None) -> dict[str, np.ndarray]:

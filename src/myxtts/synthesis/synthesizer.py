@@ -27,7 +27,8 @@ from myxtts.synthesis.parallel_decoding import CompiledParallelDecoder
 from myxtts.synthesis.lengths import LengthPolicy
 from myxtts.synthesis.loading import (find_mel_stats, load_model_from_checkpoint, load_model_from_run,
                                      load_run_mel_stats)
-from myxtts.text import PAD_ID, Vocabulary
+from myxtts.synthesis.text_split import TextPiece, split_text
+from myxtts.text import PAD_ID, TextError, Vocabulary
 from myxtts.vocoder import GriffinLim, Vocoder
 
 Reference = "str | os.PathLike | np.ndarray"
@@ -95,6 +96,7 @@ class Synthesizer:
         self.batch_size = batch_size
         self.sample_rate = cfg.audio.sample_rate
         self.parallel = getattr(model, "decoder_type", "autoregressive") == "parallel"
+        self.length_scale = float(length_scale)
         if self.parallel and (monotonic_attention or not alignment_stop or not prenet_dropout):
             raise ValueError("monotonic_attention, alignment_stop and prenet_dropout (--monotonic-attention, "
                              "--no-alignment-stop, --no-prenet-dropout) steer the autoregressive decoder; the parallel "
@@ -281,6 +283,51 @@ class Synthesizer:
         self.last_results = results
         return results
 
+    def split(self, text: str) -> list[TextPiece]:
+        """``text`` (a sentence, a paragraph, a chapter) as pieces that each fit one compiled call
+        (``synthesis.text_split``); pieces with nothing to pronounce (a lone "...") are left out."""
+        budget = self.lengths.piece_token_budget(self.length_scale if self.parallel else 1.0)
+
+        def fits(piece: str) -> bool:
+            try:
+                return len(self.text_processor.encode(piece)) <= budget
+            except TextError:  # nothing to pronounce on its own: never a reason to cut
+                return True
+
+        pieces = []
+        for piece in split_text(text, fits):
+            try:
+                self.text_processor.encode(piece.text)
+            except TextError:
+                continue
+            pieces.append(piece)
+        if not pieces:
+            self.text_processor.encode(text)  # raises the TextError that says why
+        return pieces
+
+    def synthesize_long(self, text: str, reference: "str | os.PathLike | np.ndarray",
+                        batch_size: int | None = None) -> "LongSynthesis":
+        """Any length of text -> one waveform: split into pieces (``split``), the pieces decoded in batches
+        (sorted by length, so each batch takes the smallest bucket that holds it; no new trace), then joined in
+        order with the pause each piece ends with."""
+        return self.synthesize_documents([text], reference, batch_size)[0]
+
+    def synthesize_documents(self, texts: Sequence[str], reference: "str | os.PathLike | np.ndarray",
+                             batch_size: int | None = None) -> list["LongSynthesis"]:
+        """``synthesize_long`` for several texts at once: the pieces of all of them share the batches."""
+        split = [self.split(text) for text in texts]
+        flat = [piece.text for pieces in split for piece in pieces]
+        results = iter(self.synthesize_detailed(flat, reference, batch_size))
+        documents = []
+        for pieces in split:
+            mine = [next(results) for _ in pieces]
+            parts = []
+            for piece, result in zip(pieces, mine):
+                parts.append(result.waveform)
+                parts.append(np.zeros([int(round(piece.pause_after * self.sample_rate))], np.float32))
+            documents.append(LongSynthesis(np.concatenate(parts).astype(np.float32), pieces, mine))
+        return documents
+
     def synthesize(self, text: str, reference: "str | os.PathLike | np.ndarray") -> np.ndarray:
         """Waveform ``[samples]`` float32 at audio.sample_rate; ``last_results[0]`` holds mel and alignment."""
         return self.synthesize_detailed([text], reference, batch_size=1)[0].waveform
@@ -297,6 +344,15 @@ class Synthesizer:
         return {"checkpoint": self.checkpoint, "sample_rate": self.sample_rate,
                 "reference_frames": self.cfg.data.reference_frames, "lengths": self.lengths.to_dict(),
                 "compiled_shapes": [list(key) for key in self.decoder.functions]}
+
+
+@dataclass
+class LongSynthesis:
+    """``Synthesizer.synthesize_long``'s result: the joined waveform and what made it."""
+
+    waveform: np.ndarray  # [samples] float32: every piece, and the pause after it, in order
+    pieces: list[TextPiece]
+    results: list[SynthesisResult]  # one per piece, in order
 
 
 def write_results(results: Sequence[SynthesisResult], out_dir: str | os.PathLike, sample_rate: int) -> list[Path]:
