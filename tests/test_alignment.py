@@ -117,3 +117,80 @@ def test_length_regulator_is_exact():
     # durations from predicted log(1 + d): scaled, rounded, >= 1 per real token, 0 at padding
     log_d = tf.math.log1p(tf.constant([[3.0, 0.2, 7.0, 5.0]]))
     np.testing.assert_array_equal(durations_from_log(log_d, tf.constant([3]), 2.0).numpy(), [[6, 1, 14, 0]])
+
+
+def _pause_shares(model, batches, vocabulary, mel_stats) -> tuple[float, float]:
+    """(share of silent frames among the frames the hard path gives to interior punctuation and the word space
+    after it, the same share among all other frames), over the clips that have interior punctuation.
+
+    Silent frames come from the audio alone: a frame whose mel energy is 20 (10 log10) units below the clip's
+    loudest frame (leading / trailing silence and pauses, ~10% of LJSpeech frames)."""
+    punctuation = {i for i, s in enumerate(vocabulary.symbols) if s in ",.;:!?"}
+    space = vocabulary.symbols.index(" ")
+    inside, outside = [], []
+    for batch in batches:
+        tokens, token_lengths, mel, mel_lengths = (batch[k] for k in ("tokens", "token_lengths", "mel", "mel_lengths"))
+        log_alignment = model.aligner(model.text_encoder.embed(tokens), token_lengths, mel, mel_lengths)
+        hard = monotonic_alignment_search(log_alignment, token_lengths, mel_lengths).numpy()
+        log_mel = mel_stats.denormalize(mel.numpy())  # the real log mel
+        for item in range(hard.shape[0]):
+            frames, count = int(mel_lengths[item]), int(token_lengths[item])
+            path = hard[item, :frames, :count].argmax(axis=1)
+            # monotonic, from the first token to the last, every token visited
+            assert path[0] == 0 and path[-1] == count - 1 and set(np.diff(path)) <= {0, 1}
+            energy = 10 * np.log10(np.exp(log_mel[item, :frames]).sum(axis=-1))
+            silent = energy < energy.max() - 20.0
+            ids = tokens[item, :count].numpy()
+            pause = set()
+            for position in range(count - 2):  # not the final punctuation (before <eos>): its pause is the end
+                if ids[position] in punctuation:
+                    pause.update({position} | ({position + 1} if ids[position + 1] == space else set()))
+            on_pause = np.isin(path, list(pause))
+            if on_pause.any():
+                inside.append(silent[on_pause].mean())
+                outside.append(silent[~on_pause].mean())
+    assert len(inside) >= 8
+    return float(np.mean(inside)), float(np.mean(outside))
+
+
+@pytest.mark.slow
+def test_after_a_few_hundred_steps_pauses_at_punctuation_land_on_silent_frames(prepared_cache):
+    """The model's own aligner (text embedding + AlignmentEncoder, tiny preset) trained by its forward-sum loss on
+    the bundled clips: its hard path puts the silences of the audio on the punctuation that causes them."""
+    import keras
+
+    from myxtts.config import config_from_dict
+    from myxtts.data.pipeline import InputPipeline
+    from myxtts.model import build_model
+    from myxtts.text import Vocabulary
+
+    raw = prepared_cache.to_dict()
+    raw["data"].update(corpus_path=str(prepared_cache.corpus_path), cache_dir=str(prepared_cache.cache_dir))
+    raw["model"] = {"preset": "tiny", "decoder": "parallel", "reduction_factor": 1}
+    cfg = config_from_dict(raw, base_dir=prepared_cache.base_dir)
+    vocabulary = Vocabulary.load(cfg.cache_dir / "vocab.json")
+    keras.utils.set_random_seed(3)
+    model = build_model(cfg, len(vocabulary))
+    pipeline = InputPipeline(cfg, "train")
+    batches = list(pipeline.dataset(repeat=False))
+    assert len({tuple(b["mel"].shape) for b in batches}) >= 3  # unequal lengths, several buckets
+    untrained = _pause_shares(model, batches, vocabulary, pipeline.mel_stats)
+
+    variables = model.text_encoder.embedding.trainable_variables + model.aligner.trainable_variables
+    optimizer = keras.optimizers.Adam(0.003)
+
+    @tf.function(reduce_retracing=True)
+    def step(tokens, token_lengths, mel, mel_lengths):
+        with tf.GradientTape() as tape:
+            log_alignment = model.aligner(model.text_encoder.embed(tokens), token_lengths, mel, mel_lengths)
+            loss = tf.reduce_mean(forward_sum_loss(log_alignment, token_lengths, mel_lengths))
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+
+    losses = [float(step(b["tokens"], b["token_lengths"], b["mel"], b["mel_lengths"]))
+              for _ in range(400 // len(batches) + 1) for b in batches]
+    trained = _pause_shares(model, batches, vocabulary, pipeline.mel_stats)
+    assert np.mean(losses[-len(batches):]) < 0.6 * np.mean(losses[:len(batches)])
+    # measured: untrained (the prior's diagonal) ~0.39 vs 0.10; after 300-400 steps 0.58-0.62 vs 0.06-0.07
+    assert trained[0] >= 0.5 and trained[0] >= 5 * trained[1], (untrained, trained)
+    assert not (untrained[0] >= 0.5 and untrained[0] >= 5 * untrained[1]), untrained  # the measure can fail
