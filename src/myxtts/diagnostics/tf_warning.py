@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Iterator
+from typing import Any, Iterator
 
 _TF_LOGGER = "tensorflow"
 _MESSAGE = "triggered tf.function retracing"
@@ -32,3 +32,9 @@ def expected_traces() -> Iterator[None]:
         yield
     finally:
         logger.removeFilter(drop)
+
+
+def first_trace_expected(function: Any):
+    """``expected_traces()`` around the first call of a ``tf.function`` (its one trace, when one function per bucket
+    wraps the same method, is the design), a no-op afterwards, so a later retrace still warns."""
+    return expected_traces() if function.experimental_get_tracing_count() == 0 else contextlib.nullcontext()

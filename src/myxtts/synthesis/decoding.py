@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from myxtts.diagnostics.tf_warning import first_trace_expected
 from myxtts.model import XTTSModel
 
 STOP_THRESHOLD = 0.5  # sigmoid(stop_logit) above this ends an item
@@ -103,8 +104,9 @@ class CompiledDecoder:
 
     def __call__(self, tokens, token_lengths, reference_mel, reference_lengths, min_steps, max_steps) -> dict:
         batch_size, text_bucket = tokens.shape
-        return self.function(int(batch_size), int(text_bucket))(tokens, token_lengths, reference_mel,
-                                                                reference_lengths, min_steps, max_steps)
+        function = self.function(int(batch_size), int(text_bucket))
+        with first_trace_expected(function):
+            return function(tokens, token_lengths, reference_mel, reference_lengths, min_steps, max_steps)
 
     # ---- the graph ------------------------------------------------------------------------------
     def _decode(self, tokens, token_lengths, reference_mel, reference_lengths, min_steps, max_steps, *,

@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+from myxtts.diagnostics.tf_warning import first_trace_expected
 from myxtts.model.durations import durations_from_log
 
 MEL_BUCKET_MULTIPLE = 128
@@ -112,12 +113,14 @@ class CompiledParallelDecoder:
         """tokens ``[B, text_bucket]`` -> {"mel": ``[B, mel_bucket, n_mels]`` (normalised), "mel_lengths" ``[B]``,
         "durations" ``[B, text_bucket]``, "alignments" ``[B, mel_bucket, text_bucket]``, "mel_bucket"}."""
         batch_size, text_bucket = tokens.shape
-        text, durations = self.durations_function(batch_size, text_bucket)(tf.constant(tokens),
-                                                                           tf.constant(token_lengths))
+        durations_function = self.durations_function(batch_size, text_bucket)
+        with first_trace_expected(durations_function):
+            text, durations = durations_function(tf.constant(tokens), tf.constant(token_lengths))
         totals = durations.numpy().sum(axis=1)
         frames = self.mel_bucket(int(totals.max()), texts)
-        outputs = self.decode_function(batch_size, frames)(text, durations, tf.constant(reference_mel),
-                                                            tf.constant(reference_lengths))
+        decode_function = self.decode_function(batch_size, frames)
+        with first_trace_expected(decode_function):
+            outputs = decode_function(text, durations, tf.constant(reference_mel), tf.constant(reference_lengths))
         result = {key: value.numpy() for key, value in outputs.items()}
         result["durations"] = durations.numpy()[:, :text_bucket]
         result["alignments"] = result["alignments"][:, :, :text_bucket]
@@ -148,3 +151,4 @@ class CompiledParallelDecoder:
     def tracing_count(self) -> int:
         functions = [*self.duration_functions.values(), *self.decode_functions.values()]
         return sum(function.experimental_get_tracing_count() for function in functions)
+
