@@ -107,7 +107,7 @@ MINI_DATA = {"max_text_length": 192, "max_mel_frames": 880, "batch_frames": 2400
 def write_config(work: Path, name: str, list_file: Path, steps: int) -> Path:
     raw = {"data": {"corpus_path": str(list_file), "corpus_format": "list", "cache_dir": str(work / f"cache_{name}"),
                     "max_duration": 20.0, **MINI_DATA},
-           "model": {"preset": "tiny", "reduction_factor": 2},
+           "model": {"preset": "tiny", "decoder": "autoregressive", "reduction_factor": 2},
            "training": {"max_steps": steps, "log_every": 10, "validate_every": 100000, "checkpoint_every": 100000,
                         "summary_every": 0}}
     path = work / f"config_{name}.yaml"

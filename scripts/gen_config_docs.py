@@ -51,7 +51,8 @@ MEANINGS = {
     "model.prenet_dim": "decoder prenet width",
     "model.postnet_channels": "postnet conv channels",
     "model.postnet_layers": "postnet conv layers",
-    "model.reduction_factor": "mel frames produced per decoder step",
+    "model.reduction_factor": "mel frames produced per decoder step; unset: the decoder's own (parallel 1, the only "
+                              "value it takes; autoregressive 2)",
     "model.dropout": "dropout rate of the transformer blocks; any value > 0 also turns on the prenet's fixed 0.5 dropout (training only), 0 turns every dropout off",
     "model.decoder": "parallel: durations from an alignment learned online (aligner + MAS), every frame at once "
     "(conv decoder); autoregressive: frame by frame with cross-attention over the text",
@@ -99,7 +100,8 @@ def main() -> None:
         values = getattr(defaults, section.name)
         for field in dataclasses.fields(values):
             default = getattr(values, field.name)
-            shown = "preset" if default is None else repr(default)
+            path = f"{section.name}.{field.name}"
+            shown = ("by decoder" if path == "model.reduction_factor" else "preset") if default is None else repr(default)
             print(f"| `{section.name}.{field.name}` | `{shown}` | {comment_for(section.name + '.' + field.name)} |")
         print()
 

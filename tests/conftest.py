@@ -67,7 +67,7 @@ def prepared_cache(tmp_path_factory):
         "data": {"corpus_path": str(BUNDLED_CORPUS), "cache_dir": str(root / "cache"), "max_text_length": 192,
                  "max_mel_frames": 880, "batch_frames": 2400, "batch_size": 8, "num_buckets": 4,
                  "validation_size": 2, "reference_frames": 96},
-        "model": {"preset": "tiny", "reduction_factor": 2},
+        "model": {"preset": "tiny", "decoder": "autoregressive", "reduction_factor": 2},
         # listening while training (pocketsphinx on free-running synthesis) only where a test asks for it
         "training": {"listen_sentences": 0},
     }, base_dir=root)

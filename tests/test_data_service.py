@@ -14,7 +14,7 @@ from myxtts.data.cache import FeatureCache
 from myxtts.data.pipeline import InputPipeline
 from myxtts.data.service import start_dispatcher, start_worker
 
-TINY_TINY = {"preset": "tiny", "d_model": 32, "num_heads": 2, "ff_dim": 32, "text_layers": 1, "decoder_layers": 1,
+TINY_TINY = {"preset": "tiny", "decoder": "autoregressive", "d_model": 32, "num_heads": 2, "ff_dim": 32, "text_layers": 1, "decoder_layers": 1,
              "conditioning_layers": 1, "prenet_dim": 32, "postnet_channels": 32, "postnet_layers": 2, "dropout": 0.0}
 
 

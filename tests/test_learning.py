@@ -102,7 +102,7 @@ def test_training_lowers_mcd_on_its_clips(make_config):
     from myxtts.vocoder import GriffinLim
 
     cfg = make_config(data={"reference_frames": 96, "max_text_length": 192},
-                      model={"preset": "tiny", "reduction_factor": 2, "dropout": 0.05},
+                      model={"preset": "tiny", "decoder": "autoregressive", "reduction_factor": 2, "dropout": 0.05},
                       audio={"griffin_lim_iters": 16})
     import soundfile
 

@@ -15,7 +15,7 @@ VOCAB = 40
 @pytest.fixture(scope="module")
 def setup():
     from myxtts.config import config_from_dict
-    cfg = config_from_dict({"model": {"preset": "tiny", "d_model": 64, "ff_dim": 128, "mel_l2_weight": 0.5}})
+    cfg = config_from_dict({"model": {"preset": "tiny", "decoder": "autoregressive", "d_model": 64, "ff_dim": 128, "mel_l2_weight": 0.5}})
     return cfg, build_model(cfg, VOCAB)
 
 

@@ -15,8 +15,8 @@ VOCAB = 40
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     from myxtts.config import config_from_dict
-    cfg = config_from_dict({"model": {"preset": "tiny", "d_model": 64, "ff_dim": 128, "prenet_dim": 64,
-                                      "postnet_channels": 64, "decoder_layers": 3}})
+    cfg = config_from_dict({"model": {"preset": "tiny", "decoder": "autoregressive", "d_model": 64, "ff_dim": 128,
+                                      "prenet_dim": 64, "postnet_channels": 64, "decoder_layers": 3}})
     return cfg, build_model(cfg, VOCAB)
 
 
@@ -34,7 +34,8 @@ def test_every_model_override_reaches_the_built_layers(make_config):
     overrides = {"d_model": 48, "num_heads": 3, "ff_dim": 72, "text_layers": 1, "decoder_layers": 3,
                  "conditioning_layers": 1, "num_speaker_latents": 5, "prenet_dim": 40, "postnet_channels": 24,
                  "postnet_layers": 4, "reduction_factor": 3}
-    cfg = make_config(data={"bucket_multiple": 9, "max_mel_frames": 882}, model={"preset": "tiny", **overrides})
+    cfg = make_config(data={"bucket_multiple": 9, "max_mel_frames": 882},
+                      model={"preset": "tiny", "decoder": "autoregressive", **overrides})
     model = build_model(cfg, VOCAB)
     assert {key: getattr(model.dims, key) for key in overrides} == overrides
     text, cond, dec, post = model.text_encoder, model.conditioning_encoder, model.decoder, model.postnet
@@ -51,7 +52,8 @@ def test_every_model_override_reaches_the_built_layers(make_config):
 
 def test_inconsistent_sizes_are_rejected(make_config):
     with pytest.raises(ValueError, match="num_heads"):
-        build_model(make_config(model={"preset": "tiny", "d_model": 30, "num_heads": 4}), VOCAB)
+        build_model(make_config(model={"preset": "tiny", "decoder": "autoregressive", "d_model": 30, "num_heads": 4}),
+                    VOCAB)
 
 
 @pytest.mark.parametrize("shape", [(2, 11, 24, 16), (3, 7, 40, 32)])

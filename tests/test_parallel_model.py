@@ -79,7 +79,7 @@ def test_parallel_training_learns_without_retracing_and_stops_at_its_time_budget
 
 
 @pytest.mark.parametrize("model, message", [
-    ({"decoder": "parallel"}, "reduction_factor' must be 1"),
+    ({"decoder": "parallel", "reduction_factor": 2}, "reduction_factor' must be 1"),
     ({"decoder": "parallel", "reduction_factor": 1, "guided_attention_weight": 2.0}, "guided_attention_weight"),
     ({"decoder": "autoregressive", "forward_sum_weight": 0.5}, "forward_sum_weight"),
     ({"decoder": "parallel", "reduction_factor": 1, "decoder_conv_blocks": 0}, "decoder_conv_blocks"),

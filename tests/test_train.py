@@ -14,7 +14,7 @@ import yaml
 from myxtts.config import config_from_dict
 from myxtts.diagnostics import FIRST_TRACE
 
-TINY_TINY = {"preset": "tiny", "d_model": 32, "num_heads": 2, "ff_dim": 64, "text_layers": 1, "decoder_layers": 1,
+TINY_TINY = {"preset": "tiny", "decoder": "autoregressive", "d_model": 32, "num_heads": 2, "ff_dim": 64, "text_layers": 1, "decoder_layers": 1,
              "conditioning_layers": 1, "prenet_dim": 32, "postnet_channels": 32, "postnet_layers": 2}
 
 

@@ -14,7 +14,7 @@ from myxtts.training.steps import TrainingSteps, UnknownShapeError, shape_key
 from train_helpers import batch_spec, batch_with_lengths, synthetic_batch
 
 VOCAB = 40
-TINY_TINY = {"preset": "tiny", "d_model": 32, "num_heads": 2, "ff_dim": 32, "text_layers": 1, "decoder_layers": 1,
+TINY_TINY = {"preset": "tiny", "decoder": "autoregressive", "d_model": 32, "num_heads": 2, "ff_dim": 32, "text_layers": 1, "decoder_layers": 1,
              "conditioning_layers": 1, "prenet_dim": 32, "postnet_channels": 32, "postnet_layers": 2, "dropout": 0.0}
 
 

@@ -58,7 +58,8 @@ def test_reference_voice_sets_the_output_voice(make_config, tmp_path):
     from myxtts.text import TextProcessor, Vocabulary
 
     cfg = make_config(data={"reference_frames": REFERENCE_FRAMES, "max_text_length": 192},
-                      model={"preset": "tiny", "reduction_factor": 2, "dropout": 0.05})
+                      model={"preset": "tiny", "decoder": "autoregressive", "reduction_factor": 2,
+                             "dropout": 0.05})
     texts = sorted((line.split("|")[1] for line in (BUNDLED_CORPUS / "metadata.csv").read_text(
         encoding="utf-8").splitlines()), key=len)[: TRAIN_SENTENCES + HELD_OUT]
     low, high = VOICES[0], VOICES[3]  # us_m3 (pitch 35) and us_f4 (pitch 80)

@@ -87,7 +87,7 @@ class TextConfig:
 class ModelConfig:
     preset: Literal["tiny", "small", "base"] = "tiny"
     # parallel: durations from a learned alignment, all frames at once; autoregressive: frame by frame
-    decoder: Literal["parallel", "autoregressive"] = "autoregressive"
+    decoder: Literal["parallel", "autoregressive"] = "parallel"
     # None: take the preset's value
     d_model: int | None = None
     num_heads: int | None = None
@@ -100,7 +100,8 @@ class ModelConfig:
     postnet_channels: int | None = None
     postnet_layers: int | None = None
     decoder_conv_blocks: int | None = None  # parallel decoder: residual dilated convolution blocks
-    reduction_factor: int = 2  # autoregressive: frames per decoder step (the parallel decoder needs 1)
+    # frames per decoder step; None: the decoder's own (parallel 1, the only value it takes; autoregressive 2)
+    reduction_factor: int | None = None
     dropout: float = 0.1
     max_attention_sequence_length: int = 1024  # positions table size; must cover text and decoder steps
     stop_positive_weight: float = 5.0
@@ -284,8 +285,15 @@ def _positive(cfg: Config, *paths: str) -> None:
             raise ValueError(f"Config key '{path}' must be > 0, got {value}.")
 
 
+DEFAULT_REDUCTION_FACTOR = {"parallel": 1, "autoregressive": 2}
+
+
 def validate(cfg: Config) -> Config:
-    """Cross-field and range checks; raises ValueError naming the key."""
+    """Cross-field and range checks; raises ValueError naming the key. Returns the config with the defaults that
+    depend on other keys resolved (``model.reduction_factor`` by ``model.decoder``)."""
+    if cfg.model.reduction_factor is None:
+        cfg = cfg.replace(model=dataclasses.replace(cfg.model,
+                                                    reduction_factor=DEFAULT_REDUCTION_FACTOR[cfg.model.decoder]))
     _positive(cfg, "data.max_text_length", "data.max_mel_frames", "data.batch_size", "data.batch_frames",
               "data.num_buckets", "data.bucket_multiple", "data.min_batch_size", "data.reference_frames",
               "data.shuffle_buffer_size", "data.min_duration",
@@ -342,11 +350,13 @@ def validate(cfg: Config) -> Config:
     _check_decoder_keys(m)
     if m.mel_l2_weight < 0:
         raise ValueError(f"Config key 'model.mel_l2_weight' must be >= 0, got {m.mel_l2_weight}.")
-    longest = max(d.max_text_length, d.max_mel_frames // m.reduction_factor + 1)
+    # the position table covers the text, and the autoregressive decoder's steps (the parallel one has none)
+    longest = d.max_text_length if m.decoder == "parallel" else \
+        max(d.max_text_length, d.max_mel_frames // m.reduction_factor + 1)
     if m.max_attention_sequence_length < longest:
         raise ValueError(f"Config key 'model.max_attention_sequence_length' ({m.max_attention_sequence_length}) "
-                         f"is below the longest sequence the model sees ({longest}: max_text_length or "
-                         "max_mel_frames / reduction_factor + 1).")
+                         f"is below the longest sequence the model sees ({longest}: max_text_length"
+                         f"{'' if m.decoder == 'parallel' else ' or max_mel_frames / reduction_factor + 1'}).")
     if t.min_learning_rate < 0 or t.min_learning_rate > t.learning_rate:
         raise ValueError("Config key 'training.min_learning_rate' must be in [0, training.learning_rate].")
     if t.max_minutes < 0:
