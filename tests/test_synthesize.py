@@ -34,7 +34,8 @@ def tiny_run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("synth")
     cfg = config_from_dict({"data": {"corpus_path": str(BUNDLED_CORPUS), "cache_dir": str(root / "no-cache"),
                                      "max_text_length": 192, "reference_frames": 96},
-                            "audio": {"griffin_lim_iters": 4}, "model": {"preset": "tiny"}}, base_dir=root)
+                            "audio": {"griffin_lim_iters": 4}, "model": {"preset": "tiny", "decoder": "autoregressive"}},
+                           base_dir=root)
     vocabulary = Vocabulary.for_config(cfg.text)
     import keras
     keras.utils.set_random_seed(1234)  # the same untrained model whatever ran before in this worker
