@@ -144,4 +144,26 @@ def _write_report(report: dict, json_path: str | None) -> None:
         click.echo(f"wrote {json_path}")
 
 
-COMMANDS = [synthesize_command, evaluate_command]
+@click.command("export")
+@click.option("--run", "run_dir", required=True, type=click.Path(file_okay=False), help="Training run directory.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="SavedModel folder to write.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Config replacing the run's.")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@clean_errors(ValueError, OSError)
+def export_command(run_dir, out_dir, config_path, force) -> None:
+    """A SavedModel of the run's latest checkpoint: signatures speaker_embedding and synthesize (vocoder inside),
+    symbol table and mel statistics as assets; TensorFlow alone (or TF Serving) runs it."""
+    from myxtts.locks import lock_run_directory
+    from myxtts.synthesis.export import export_run
+
+    lock = lock_run_directory(run_dir) if _inside(Path(out_dir), Path(run_dir)) else None
+    try:
+        written = export_run(run_dir, out_dir, config=config_path, force=force)
+    finally:
+        if lock is not None:
+            lock.release()
+    click.echo(f"wrote SavedModel {written} (signatures: speaker_embedding, synthesize; assets: vocab.json, "
+               "mel_stats.json, export.json)")
+
+
+COMMANDS = [synthesize_command, evaluate_command, export_command]

@@ -1,0 +1,136 @@
+"""``myxtts export``: a trained run as a SavedModel that TensorFlow alone (TF Serving, another process) can run.
+
+Two serving signatures, each one concrete function traced once at export (``None`` dims: one graph for every
+length, nothing traces when serving):
+
+    speaker_embedding(waveform float32 [1, samples] at the model's sample rate) -> embedding float32 [1, K, d]
+        the log mel of the clip (the training front-end), normalised with the run's mel statistics, its middle
+        ``data.reference_frames`` frames (zero-padded when shorter), through the conditioning encoder: the
+        same steps as ``Synthesizer.reference_mel`` + ``encode_reference``.
+    synthesize(token_ids int32 [1, tokens], embedding float32 [1, K, d], speed float32 []) -> waveform float32
+        [1, samples]: text encoder, duration predictor (durations divided by ``speed``), length regulator,
+        decoder and postnet, denormalised, then the Griffin-Lim vocoder, all inside the graph.
+
+``token_ids`` are what ``myxtts`` encodes a text to (``<bos>`` + symbols + ``<eos>``); the symbol table
+(``assets/vocab.json``: the text front-end's kind, language and symbols) and the mel statistics
+(``assets/mel_stats.json``) travel with the model, with ``assets/export.json`` (run, checkpoint, shapes).
+Only the parallel decoder (the default) is exported.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import tensorflow as tf
+
+from myxtts.config import Config
+from myxtts.data.mel_stats import MelStats
+from myxtts.model.durations import alignment_from_durations, durations_from_log
+from myxtts.vocoder import GriffinLim
+
+ASSETS = ("vocab.json", "mel_stats.json", "export.json")
+
+
+class ExportError(ValueError):
+    """A run that cannot be exported, or an output folder that would be overwritten."""
+
+
+class _Untracked:
+    """A plain holder: what it holds is invisible to TensorFlow's object tracking."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class ExportedSynthesizer(tf.Module):
+    """The module that is saved: the model's variables, the mel statistics and the two signatures."""
+
+    def __init__(self, cfg: Config, model, mel_stats: MelStats):
+        super().__init__(name="myxtts")
+        if getattr(model, "decoder_type", "autoregressive") != "parallel":
+            raise ExportError("Only the parallel decoder (model.decoder: parallel, the default) can be exported: the "
+                              "autoregressive one decodes frame by frame in a Python-driven loop of buckets.")
+        # the Keras model is held where tf.Module does not track it (saving would trace its call); its variables are
+        # tracked as plain tf.Variables, which is all the traced signatures capture
+        self._held = _Untracked(model)
+        self.model_variables = [getattr(variable, "value", variable) for variable in model.variables]
+        self.reference_frames = int(cfg.data.reference_frames)
+        self.vocab_size = int(model.dims.vocab_size)
+        self.mel_mean = tf.constant(mel_stats.mean, tf.float32)  # [n_mels]
+        self.mel_std = tf.constant(mel_stats.std, tf.float32)
+        self.vocoder = GriffinLim(cfg.audio)
+        latents, d_model = model.dims.num_speaker_latents, model.dims.d_model
+        self.speaker_embedding = tf.function(
+            self._speaker_embedding, input_signature=[tf.TensorSpec([1, None], tf.float32, name="waveform")])
+        self.synthesize = tf.function(self._synthesize, input_signature=[
+            tf.TensorSpec([1, None], tf.int32, name="token_ids"),
+            tf.TensorSpec([1, latents, d_model], tf.float32, name="embedding"),
+            tf.TensorSpec([], tf.float32, name="speed")])
+
+    @property
+    def model(self):
+        return self._held.value
+
+    def _speaker_embedding(self, waveform):
+        check = tf.debugging.assert_greater(tf.shape(waveform)[1], self.vocoder.n_fft,
+                                            message="the reference waveform is too short")
+        with tf.control_dependencies([check]):
+            mel = self.vocoder.frontend._single(waveform[0])  # [frames, n_mels] log mel
+        mel = (mel - self.mel_mean) / self.mel_std
+        frames = tf.shape(mel)[0]
+        start = tf.maximum((frames - self.reference_frames) // 2, 0)  # the middle, as Synthesizer.reference_mel
+        crop = mel[start:start + self.reference_frames]
+        length = tf.shape(crop)[0]
+        padded = tf.pad(crop, [[0, self.reference_frames - length], [0, 0]])  # [reference_frames, n_mels]
+        latents = self.model.encode_reference(padded[None], length[None])  # [1, K, d]
+        return {"embedding": tf.cast(latents, tf.float32)}
+
+    def _synthesize(self, token_ids, embedding, speed):
+        checks = [tf.debugging.assert_greater(speed, 0.0, message="speed must be > 0 (1: the trained rate)"),
+                  tf.debugging.assert_greater(tf.shape(token_ids)[1], 2, message="token_ids needs <bos>, at least "
+                                              "one symbol and <eos> (assets/vocab.json)"),
+                  tf.debugging.assert_less(token_ids, self.vocab_size, message="a token id is outside the symbol "
+                                           "table (assets/vocab.json)")]
+        with tf.control_dependencies(checks):
+            token_lengths = tf.shape(token_ids)[1:2]  # [1]
+        text = self.model.encode_text(token_ids, token_lengths)  # [1, tokens, d]
+        log_durations = self.model.predict_log_durations(text, token_lengths)
+        durations = durations_from_log(log_durations, token_lengths, 1.0 / speed)  # [1, tokens] int32
+        frames = tf.reduce_sum(durations)
+        hard = alignment_from_durations(durations, frames)  # [1, frames, tokens]
+        _, mel = self.model.decode(text, hard, frames[None], tf.cast(embedding, self.model.compute_dtype))
+        log_mel = mel[0] * self.mel_std + self.mel_mean  # [frames, n_mels]: the real log mel
+        return {"waveform": self.vocoder._invert(log_mel[None])}  # [1, (frames - 1) * hop]
+
+
+def export_run(run_dir: str | Path, out_dir: str | Path, config: str | Path | None = None,
+               force: bool = False) -> Path:
+    """Write the SavedModel of a run's latest checkpoint to ``out_dir`` (see the module docstring)."""
+    from myxtts.synthesis.loading import latest_checkpoint, load_model_from_run, load_run_mel_stats
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        if not force:
+            raise ExportError(f"{out_dir} exists and is not empty; choose another --out or pass --force.")
+        shutil.rmtree(out_dir)
+    cfg, model, vocabulary = load_model_from_run(run_dir, config)
+    mel_stats = load_run_mel_stats(run_dir, cfg)
+    module = ExportedSynthesizer(cfg, model, mel_stats)
+    staging = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    tf.saved_model.save(module, str(staging), signatures={"speaker_embedding": module.speaker_embedding,
+                                                           "synthesize": module.synthesize})
+    assets = staging / "assets"
+    assets.mkdir(exist_ok=True)
+    vocabulary.save(assets / "vocab.json")
+    mel_stats.save(assets / "mel_stats.json")
+    (assets / "export.json").write_text(json.dumps({
+        "run": str(Path(run_dir).resolve()), "checkpoint": latest_checkpoint(run_dir),
+        "sample_rate": cfg.audio.sample_rate, "reference_frames": cfg.data.reference_frames,
+        "embedding_shape": [1, model.dims.num_speaker_latents, model.dims.d_model],
+        "bos_id": vocabulary.symbols.index("<bos>"), "eos_id": vocabulary.symbols.index("<eos>"),
+        "griffin_lim_iters": cfg.audio.griffin_lim_iters}, indent=1), encoding="utf-8")
+    staging.rename(out_dir)  # complete or absent: never a half-written SavedModel under the asked name
+    return out_dir

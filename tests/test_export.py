@@ -1,0 +1,135 @@
+"""`myxtts export`: a SavedModel that TensorFlow alone runs and that says what `myxtts synthesize` says."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+from click.testing import CliRunner
+
+from conftest import BUNDLED_CORPUS, bundled_wavs
+
+TEXT = "Printing, in the only sense with which we are at present concerned, differs from most arts."
+MIN_SNR_DB = 30.0  # the stated tolerance: measured 40.6 dB on a trained run (the vocoder amplifies float noise)
+
+# runs in a fresh interpreter: TensorFlow alone, no myxtts import
+SERVE = """
+import json, sys
+import numpy as np, soundfile, tensorflow as tf
+model = tf.saved_model.load(sys.argv[1])
+reference, _ = soundfile.read(sys.argv[2], dtype="float32")
+tokens = np.array(json.loads(sys.argv[3]), np.int32)[None]
+embedding = model.signatures["speaker_embedding"](waveform=tf.constant(reference[None]))["embedding"]
+out = {}
+for speed in (1.0, 2.0):
+    waveform = model.signatures["synthesize"](token_ids=tf.constant(tokens), embedding=embedding,
+                                              speed=tf.constant(speed))["waveform"]
+    out[str(speed)] = waveform.numpy()[0].tolist()
+try:
+    model.signatures["synthesize"](token_ids=tf.constant(tokens), embedding=embedding, speed=tf.constant(-1.0))
+    out["bad_speed"] = "accepted"
+except tf.errors.InvalidArgumentError as err:
+    out["bad_speed"] = err.message
+out["myxtts_imported"] = "myxtts" in sys.modules
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def parallel_run(tmp_path_factory) -> Path:
+    import keras
+    import tensorflow as tf
+
+    from myxtts.config import config_from_dict
+    from myxtts.model import build_model
+    from myxtts.synthesis import save_run
+    from myxtts.text import Vocabulary
+    from test_synthesize import bundled_mel_stats
+
+    root = tmp_path_factory.mktemp("export")
+    cfg = config_from_dict({"data": {"corpus_path": str(BUNDLED_CORPUS), "cache_dir": str(root / "no-cache"),
+                                     "reference_frames": 96}, "audio": {"griffin_lim_iters": 8},
+                            "model": {"preset": "tiny", "text_layers": 1, "decoder_conv_blocks": 2}}, base_dir=root)
+    vocabulary = Vocabulary.for_config(cfg.text)
+    keras.utils.set_random_seed(5)
+    model = build_model(cfg, len(vocabulary))
+    projection = model.duration_predictor.output_proj  # ~4 frames per token: speech of a plausible length
+    projection.bias.assign([np.log(1.0 + 4.0)])
+    projection.kernel.assign(0.01 * tf.random.stateless_normal(projection.kernel.shape, seed=[5, 0]))
+    save_run(root / "run", cfg, model, vocabulary, mel_stats=bundled_mel_stats(cfg))
+    return root / "run"
+
+
+@pytest.mark.slow
+def test_exported_model_runs_with_tensorflow_alone_and_matches_synthesize(parallel_run, tmp_path):
+    from myxtts.cli import main
+    from myxtts.synthesis import Synthesizer
+
+    saved = tmp_path / "saved"
+    result = CliRunner().invoke(main, ["export", "--run", str(parallel_run), "--out", str(saved)])
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in (saved / "assets").iterdir()} == {"vocab.json", "mel_stats.json", "export.json"}
+    info = json.loads((saved / "assets" / "export.json").read_text())
+    assert info["sample_rate"] == 22050 and info["embedding_shape"][0] == 1
+
+    shown = subprocess.run([str(Path(sys.executable).parent / "saved_model_cli"), "show", "--dir", str(saved),
+                            "--all"], capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr
+    for name in ("signature_def['speaker_embedding']", "signature_def['synthesize']", "inputs['token_ids']",
+                 "inputs['waveform']", "inputs['speed']", "outputs['embedding']", "outputs['waveform']"):
+        assert name in shown.stdout
+
+    reference = bundled_wavs(3)[2]
+    synthesizer = Synthesizer.from_run(parallel_run)  # what `myxtts synthesize` runs (before its 16-bit file)
+    expected = synthesizer.synthesize(TEXT, reference)
+    tokens = synthesizer.encode([TEXT])[0]
+
+    served = subprocess.run([sys.executable, "-c", SERVE, str(saved), str(reference), json.dumps(tokens.tolist())],
+                            capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert served.returncode == 0, served.stderr
+    answer = json.loads(served.stdout.split("RESULT ", 1)[1])
+    assert answer["myxtts_imported"] is False
+    waveform = np.asarray(answer["1.0"], np.float32)
+    assert waveform.shape == expected.shape
+    snr = 10 * np.log10(np.sum(expected ** 2) / np.sum((waveform - expected) ** 2))
+    assert snr >= MIN_SNR_DB, snr
+    faster = np.asarray(answer["2.0"], np.float32)
+    assert 0.4 * waveform.size <= faster.size <= 0.6 * waveform.size  # speed divides the durations
+    assert "speed must be > 0" in answer["bad_speed"]
+
+
+def test_export_errors_are_clear(parallel_run, tmp_path):
+    import shutil
+
+    from myxtts.cli import main
+
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "something").write_text("x")
+    no_checkpoint = tmp_path / "no-checkpoint"
+    no_checkpoint.mkdir()
+    shutil.copy(parallel_run / "config.yaml", no_checkpoint / "config.yaml")
+    for run, out, expected in ((parallel_run, taken, "not empty"), (no_checkpoint, tmp_path / "o", "No checkpoint"),
+                               (tmp_path / "missing", tmp_path / "o", "not found")):
+        result = CliRunner().invoke(main, ["export", "--run", str(run), "--out", str(out)])
+        assert result.exit_code == 2 and expected in result.output and "Traceback" not in result.output, result.output
+    assert (taken / "something").read_text() == "x"  # nothing overwritten
+
+
+def test_autoregressive_run_is_refused(tmp_path):
+    from myxtts.config import config_from_dict
+    from myxtts.data.mel_stats import MelStats
+    from myxtts.model import build_model
+    from myxtts.synthesis.export import ExportedSynthesizer, ExportError
+    from myxtts.text import Vocabulary
+
+    cfg = config_from_dict({"model": {"preset": "tiny", "decoder": "autoregressive", "d_model": 32, "ff_dim": 32}},
+                           base_dir=tmp_path)
+    model = build_model(cfg, len(Vocabulary.for_config(cfg.text)))
+    with pytest.raises(ExportError, match="Only the parallel decoder"):
+        ExportedSynthesizer(cfg, model, MelStats.identity(80))
