@@ -124,7 +124,7 @@ def test_trainer_with_steps_per_execution_runs_blocks_without_retracing(prepared
     """training.steps_per_execution = 2 on several buckets: one traced call per bucket runs 2 steps; logs,
     validation and checkpoints land on the first block boundary at or after their interval; 0 retraces."""
     from myxtts.training import run
-    cfg = trainer_config(prepared_cache, data={"num_buckets": 3}, training={
+    cfg = trainer_config(prepared_cache, data={"num_buckets": 2}, training={
         "max_steps": 12, "steps_per_execution": 2, "log_every": 3, "validate_every": 5, "checkpoint_every": 5,
         "summary_every": 0, "strict_retracing": True, "warmup_steps": 2})
     summary = run(cfg, tmp_path / "run", progress=False, echo=lambda _: None)
