@@ -166,4 +166,46 @@ def export_command(run_dir, out_dir, config_path, force) -> None:
                "mel_stats.json, export.json)")
 
 
-COMMANDS = [synthesize_command, evaluate_command, export_command]
+def _voices(specs: tuple[str, ...]) -> dict[str, str]:
+    voices = {}
+    for spec in specs:
+        name, sep, clip = spec.partition("=")
+        if not sep or not name.strip() or not clip.strip():
+            raise ValueError(f"--voice {spec!r}: expected NAME=CLIP (e.g. --voice linda=ref.wav).")
+        if not Path(clip).is_file():
+            raise ValueError(f"--voice {spec!r}: reference clip not found: {clip}")
+        voices[name.strip()] = clip.strip()
+    return voices
+
+
+@click.command("serve")
+@click.option("--run", "run_dir", required=True, type=click.Path(file_okay=False), help="Training run directory.")
+@click.option("--voice", "voice_specs", multiple=True, required=True, metavar="NAME=CLIP",
+              help="A voice requests can ask for: its name and reference clip (repeat for more).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Interface to bind (127.0.0.1: this machine only; 0.0.0.0 exposes the server).")
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Sentences (of any requests) decoded together in one compiled call.")
+@click.option("--max-characters", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Longest input a request may send.")
+@clean_errors(ValueError, OSError)
+def serve_command(run_dir, voice_specs, host, port, batch_size, max_characters) -> None:
+    """An HTTP server: OpenAI-compatible POST /v1/audio/speech streamed sentence by sentence, GET /health
+    (needs the serve extra: pip install -e '.[serve]')."""
+    try:
+        from myxtts.synthesis.http import serve
+    except ImportError as err:
+        raise ValueError(f"myxtts serve needs FastAPI and uvicorn ({err}): pip install -e '.[serve]'.") from None
+    from myxtts.synthesis import Synthesizer
+    from myxtts.synthesis.serving import SpeechEngine
+
+    voices = _voices(voice_specs)
+    synthesizer = Synthesizer.from_run(run_dir, batch_size=batch_size)
+    engine = SpeechEngine(synthesizer, voices, batch_size=batch_size, max_characters=max_characters)
+    click.echo(f"warm-up: {engine.compiles_at_warmup} compiled functions in {engine.warmup_seconds:.1f} s; voices "
+               f"{sorted(voices)}; serving on http://{host}:{port} (POST /v1/audio/speech, GET /health)")
+    serve(engine, host=host, port=port)
+
+
+COMMANDS = [synthesize_command, evaluate_command, export_command, serve_command]

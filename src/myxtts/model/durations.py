@@ -41,9 +41,10 @@ class DurationPredictor(keras.layers.Layer):
 
 def durations_from_log(log_durations, token_lengths, length_scale=1.0) -> tf.Tensor:
     """Predicted log(1 + frames) ``[B, T_text]`` -> whole frames ``[B, T_text]`` int32: scaled by ``length_scale``
-    (> 1 slower speech), rounded, at least 1 for every real token (the aligner gives each token >= 1 frame),
-    0 at padding."""
-    frames = tf.round((tf.exp(tf.cast(log_durations, tf.float32)) - 1.0) * length_scale)
+    (a number, or ``[B]`` one per item; > 1 slower speech), rounded, at least 1 for every real token (the aligner
+    gives each token >= 1 frame), 0 at padding."""
+    scale = tf.reshape(tf.cast(length_scale, tf.float32), [-1, 1])  # [1, 1] or [B, 1]
+    frames = tf.round((tf.exp(tf.cast(log_durations, tf.float32)) - 1.0) * scale)
     mask = length_mask(token_lengths, static_or_dynamic_dim(log_durations, 1))
     return tf.where(mask, tf.cast(tf.maximum(frames, 1.0), tf.int32), 0)
 

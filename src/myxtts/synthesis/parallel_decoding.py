@@ -58,10 +58,10 @@ class CompiledParallelDecoder:
         self.decode_functions: dict[tuple[int, int], Callable] = {}
 
     # ---- graph bodies ---------------------------------------------------------------------------
-    def _durations(self, tokens, token_lengths):
+    def _durations(self, tokens, token_lengths, length_scales):
         text = self.model.encode_text(tokens, token_lengths)  # [B, T_bucket, d]
         log_durations = self.model.predict_log_durations(text, token_lengths)  # [B, T_bucket]
-        durations = durations_from_log(log_durations, token_lengths, self.length_scale)  # [B, T_bucket] int32
+        durations = durations_from_log(log_durations, token_lengths, length_scales)  # [B, T_bucket] int32
         pad = self.max_text_length - int(tokens.shape[1])
         return (tf.pad(tf.cast(text, tf.float32), [[0, 0], [0, pad], [0, 0]]),  # [B, max_text, d]
                 tf.pad(durations, [[0, 0], [0, pad]]))  # [B, max_text]
@@ -80,7 +80,8 @@ class CompiledParallelDecoder:
         key = (batch_size, text_bucket)
         if key not in self.duration_functions:
             signature = [tf.TensorSpec([batch_size, text_bucket], tf.int32, name="tokens"),
-                         tf.TensorSpec([batch_size], tf.int32, name="token_lengths")]
+                         tf.TensorSpec([batch_size], tf.int32, name="token_lengths"),
+                         tf.TensorSpec([batch_size], tf.float32, name="length_scales")]
             self.duration_functions[key] = tf.function(self._durations, input_signature=signature)
         return self.duration_functions[key]
 
@@ -109,13 +110,17 @@ class CompiledParallelDecoder:
             "Synthesizer.synthesize_long and `myxtts synthesize` do) or raise the speed.")
 
     def __call__(self, tokens: np.ndarray, token_lengths: np.ndarray, reference_mel: np.ndarray,
-                 reference_lengths: np.ndarray, texts: list[str] | None = None) -> dict[str, np.ndarray]:
+                 reference_lengths: np.ndarray, texts: list[str] | None = None,
+                 length_scales: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """tokens ``[B, text_bucket]`` -> {"mel": ``[B, mel_bucket, n_mels]`` (normalised), "mel_lengths" ``[B]``,
         "durations" ``[B, text_bucket]``, "alignments" ``[B, mel_bucket, text_bucket]``, "mel_bucket"}."""
         batch_size, text_bucket = tokens.shape
         durations_function = self.durations_function(batch_size, text_bucket)
+        scales = np.full([batch_size], self.length_scale, np.float32) if length_scales is None else \
+            np.asarray(length_scales, np.float32)  # one per item: requests of different speeds share a batch
         with first_trace_expected(durations_function):
-            text, durations = durations_function(tf.constant(tokens), tf.constant(token_lengths))
+            text, durations = durations_function(tf.constant(tokens), tf.constant(token_lengths),
+                                                 tf.constant(scales))
         totals = durations.numpy().sum(axis=1)
         frames = self.mel_bucket(int(totals.max()), texts)
         decode_function = self.decode_function(batch_size, frames)
@@ -138,7 +143,8 @@ class CompiledParallelDecoder:
         reference = tf.zeros([batch_size, self.reference_frames, self.n_mels])
         with expected_traces():
             for bucket in text_buckets:
-                self.durations_function(batch_size, bucket)(tf.ones([batch_size, bucket], tf.int32), ones)
+                self.durations_function(batch_size, bucket)(tf.ones([batch_size, bucket], tf.int32), ones,
+                                                            tf.ones([batch_size]))
             for frames in self.buckets:
                 self.decode_function(batch_size, frames)(text, durations, reference, ones)
 

@@ -165,13 +165,17 @@ class Synthesizer:
     # ---- decoding -------------------------------------------------------------------------------
     def decode_tokens(self, token_lists: Sequence[np.ndarray], reference_mels: Sequence[np.ndarray],
                       reference_lengths: Sequence[int], batch_size: int | None = None,
-                      texts: Sequence[str] | None = None) -> list[SynthesisResult]:
+                      texts: Sequence[str] | None = None,
+                      length_scales: Sequence[float] | None = None) -> list[SynthesisResult]:
         """Free-running decoding of many token sequences (each with its own normalised reference mel, see
         ``reference_mel``); no vocoder. The results' ``mel`` is denormalised (a real log mel).
 
         Items are sorted by length and grouped into batches of ``batch_size`` (the last one padded
-        with a 1-step dummy), so each batch uses the smallest text bucket that holds it.
+        with a 1-step dummy), so each batch uses the smallest text bucket that holds it. ``length_scales``: the
+        parallel decoder's duration multiplier per item (default: the synthesizer's ``length_scale`` for all).
         """
+        if length_scales is not None and not self.parallel:
+            raise ValueError("length_scales need the parallel decoder: the autoregressive one has no durations.")
         batch_size = batch_size or self.batch_size
         reduction = self.lengths.reduction_factor
         order = sorted(range(len(token_lists)), key=lambda i: len(token_lists[i]))
@@ -181,7 +185,8 @@ class Synthesizer:
             outputs, seconds = self._decode_batch([token_lists[i] for i in chunk],
                                                   [reference_mels[i] for i in chunk],
                                                   [reference_lengths[i] for i in chunk], batch_size,
-                                                  [texts[i] for i in chunk] if texts is not None else None)
+                                                  [texts[i] for i in chunk] if texts is not None else None,
+                                                  [length_scales[i] for i in chunk] if length_scales else None)
             for slot, index in enumerate(chunk):
                 tokens = token_lists[index]
                 steps = int(outputs["step_lengths"][slot])
@@ -198,7 +203,8 @@ class Synthesizer:
                     decode_seconds=seconds / len(chunk), text_bucket=int(outputs["text_bucket"]))
         return results  # type: ignore[return-value]
 
-    def _decode_batch(self, token_lists, reference_mels, reference_lengths, batch_size: int, texts=None):
+    def _decode_batch(self, token_lists, reference_mels, reference_lengths, batch_size: int, texts=None,
+                      length_scales=None):
         count = len(token_lists)
         bucket = self.lengths.text_bucket(max(len(t) for t in token_lists))
         tokens = np.full([batch_size, bucket], PAD_ID, np.int32)
@@ -219,7 +225,11 @@ class Synthesizer:
                 max_steps[slot] = self.lengths.max_steps(len(ids))
         started = time.perf_counter()
         if self.parallel:
-            outputs = self._decode_parallel(tokens, token_lengths, references, ref_lengths, texts)
+            scales = None
+            if length_scales is not None:  # padding slots repeat the first item's, as their tokens do
+                scales = np.array([length_scales[slot if slot < count else 0] for slot in range(batch_size)],
+                                  np.float32)
+            outputs = self._decode_parallel(tokens, token_lengths, references, ref_lengths, texts, scales)
         else:
             outputs = self.decoder(tf.constant(tokens), tf.constant(token_lengths), tf.constant(references),
                                    tf.constant(ref_lengths), tf.constant(min_steps), tf.constant(max_steps))
@@ -227,9 +237,10 @@ class Synthesizer:
         outputs["text_bucket"] = bucket
         return outputs, time.perf_counter() - started
 
-    def _decode_parallel(self, tokens, token_lengths, references, ref_lengths, texts) -> dict[str, np.ndarray]:
+    def _decode_parallel(self, tokens, token_lengths, references, ref_lengths, texts,
+                         length_scales=None) -> dict[str, np.ndarray]:
         """The parallel decoder's outputs in the autoregressive decoder's keys (one "step" per frame)."""
-        outputs = self.decoder(tokens, token_lengths, references, ref_lengths, texts)
+        outputs = self.decoder(tokens, token_lengths, references, ref_lengths, texts, length_scales)
         batch, frames = outputs["mel"].shape[:2]
         outputs.update(step_lengths=outputs["mel_lengths"], stop_probabilities=np.zeros([batch, frames], np.float32),
                        stopped_by_token=np.zeros([batch], bool),
@@ -283,10 +294,12 @@ class Synthesizer:
         self.last_results = results
         return results
 
-    def split(self, text: str) -> list[TextPiece]:
+    def split(self, text: str, length_scale: float | None = None) -> list[TextPiece]:
         """``text`` (a sentence, a paragraph, a chapter) as pieces that each fit one compiled call
-        (``synthesis.text_split``); pieces with nothing to pronounce (a lone "...") are left out."""
-        budget = self.lengths.piece_token_budget(self.length_scale if self.parallel else 1.0)
+        (``synthesis.text_split``) at ``length_scale`` (default: the synthesizer's); pieces with nothing to
+        pronounce (a lone "...") are left out."""
+        scale = (self.length_scale if length_scale is None else length_scale) if self.parallel else 1.0
+        budget = self.lengths.piece_token_budget(scale)
 
         def fits(piece: str) -> bool:
             try:
