@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import soundfile
 from click.testing import CliRunner
 
 from conftest import BUNDLED_CORPUS, bundled_wavs

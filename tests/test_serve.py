@@ -18,7 +18,8 @@ from test_export import parallel_run  # noqa: F401  (the fixture: a parallel run
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-TRANSCRIPTS = [line.split("|")[2] for line in (BUNDLED_CORPUS / "metadata.csv").read_text(encoding="utf-8").splitlines()]
+TRANSCRIPTS = [line.split("|")[2]
+               for line in (BUNDLED_CORPUS / "metadata.csv").read_text(encoding="utf-8").splitlines()]
 TWO_SENTENCES = f"{TRANSCRIPTS[0]} {TRANSCRIPTS[3]}"
 CLIENT_TEXTS = [TRANSCRIPTS[i] for i in (1, 4, 6, 9)]
 

@@ -8,13 +8,15 @@ from conftest import BUNDLED_CORPUS
 from myxtts.synthesis.text_split import (CLAUSE_PAUSE, PARAGRAPH_PAUSE, SENTENCE_PAUSE, WORD_PAUSE, split_sentences,
                                          split_text)
 
-TRANSCRIPTS = [line.split("|")[2] for line in (BUNDLED_CORPUS / "metadata.csv").read_text(encoding="utf-8").splitlines()]
+TRANSCRIPTS = [line.split("|")[2]
+               for line in (BUNDLED_CORPUS / "metadata.csv").read_text(encoding="utf-8").splitlines()]
 
 
 def test_sentences_end_at_sentence_punctuation_not_at_abbreviations_or_initials():
     text = ('Mr. Smith met Dr. J. Watson at 5 p.m. on the street. "Is it done?" he asked... It was! '
             "They left, e.g. by the back door.")
-    assert split_sentences(text) == ["Mr. Smith met Dr. J. Watson at 5 p.m. on the street.", '"Is it done?" he asked...', "It was!", "They left, e.g. by the back door."]
+    assert split_sentences(text) == ["Mr. Smith met Dr. J. Watson at 5 p.m. on the street.",
+                                     '"Is it done?" he asked...', "It was!", "They left, e.g. by the back door."]
 
 
 def test_real_transcripts_split_into_pieces_that_fit_with_every_word_kept_in_order():
@@ -31,8 +33,8 @@ def test_real_transcripts_split_into_pieces_that_fit_with_every_word_kept_in_ord
         # a piece that ends a sentence inside a paragraph pauses for a sentence; inside a sentence, shorter
         for piece, following in zip(pieces, pieces[1:]):
             if piece.paragraph == following.paragraph:
-                expected = SENTENCE_PAUSE if piece.sentence != following.sentence else (CLAUSE_PAUSE, WORD_PAUSE)
-                assert piece.pause_after in (expected if isinstance(expected, tuple) else (expected,))
+                inside = piece.sentence == following.sentence
+                assert piece.pause_after in ((CLAUSE_PAUSE, WORD_PAUSE) if inside else (SENTENCE_PAUSE,))
     # the tighter the budget, the more pieces; clauses are cut at their punctuation first
     counts = [len(split_text(document, lambda piece, b=b: len(piece) <= b)) for b in (400, 120, 60, 25)]
     assert counts == sorted(counts) and counts[0] < counts[-1]
