@@ -1,22 +1,24 @@
 """The serving engine: many requests' sentences batched into the synthesizer's compiled calls, streamed in order.
 
-A request's text is split into pieces (``Synthesizer.split``) and its pieces join one FIFO queue shared by all
-requests. One engine thread owns the synthesizer: it takes up to ``batch_size`` queued pieces (whoever they belong
-to, each with its own voice and speed), decodes them in one compiled call per bucket (``decode_tokens``: every
-function was traced at start-up by ``warm_up_all``), vocodes each piece and hands its audio to its request's
-stream. A request's first piece is queued as soon as it arrives, so it does not wait for another request's later
-sentences; its stream yields pieces in order, each followed by its pause, as 16-bit PCM. A cancelled stream (the
+A request's text is split into pieces (``Synthesizer.split``) and its pieces join one queue shared by all requests.
+One engine thread owns the decoder: it takes up to ``batch_size`` queued pieces (whoever they belong to, each with
+its own voice and speed), earliest piece index first (a new request's first sentence goes ahead of the others'
+later ones: time to first audio stays short under load), decodes them in one compiled call per bucket
+(``decode_tokens``: every function was traced at start-up by ``warm_up_all``) and hands each piece's mel to a pool
+of ``vocoder_threads`` threads (TF ops release the GIL: the next batch decodes while the last is vocoded, on the
+other core), which delivers its audio to its request's stream. The stream yields pieces in order, each followed by
+its pause, as 16-bit PCM. A cancelled stream (the
 client went away) has its remaining pieces dropped from the queue. Nothing here knows about HTTP
 (``synthesis/http.py``).
 """
 
 from __future__ import annotations
 
-import collections
 import os
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -95,7 +97,7 @@ class SpeechEngine:
     """Owns a parallel-decoder ``Synthesizer``; ``submit`` from any thread, audio comes back on the stream."""
 
     def __init__(self, synthesizer: Synthesizer, voices: dict[str, "str | os.PathLike"], batch_size: int = 4,
-                 max_characters: int = DEFAULT_MAX_CHARACTERS):
+                 max_characters: int = DEFAULT_MAX_CHARACTERS, vocoder_threads: int = 2):
         if not synthesizer.parallel:
             raise ValueError("Serving needs the parallel decoder (model.decoder: parallel, the default).")
         if not voices:
@@ -109,7 +111,8 @@ class SpeechEngine:
             mel, length = synthesizer.reference_mel(clip)  # AudioError naming the clip
             self.voices[name] = Voice(name, mel, length)
         self._text_lock = threading.Lock()  # the text front-end (espeak) is used by one thread at a time
-        self._pending: collections.deque = collections.deque()  # (stream, piece index, tokens, voice, scale)
+        self._pending: list[tuple] = []  # (piece index, arrival, stream, tokens, voice, scale)
+        self._arrivals = 0
         self._wake = threading.Condition()
         self._closed = False
         started = time.perf_counter()
@@ -118,6 +121,7 @@ class SpeechEngine:
         self.warmup_seconds = time.perf_counter() - started
         self.compiles_at_warmup = self.compiles()
         self.served = 0
+        self._vocoders = ThreadPoolExecutor(max_workers=vocoder_threads, thread_name_prefix="myxtts-vocoder")
         self._thread = threading.Thread(target=self._run, name="myxtts-speech-engine", daemon=True)
         self._thread.start()
 
@@ -150,7 +154,9 @@ class SpeechEngine:
         with self._wake:
             if self._closed:
                 raise RuntimeError("the speech engine is shut down")
-            self._pending.extend((stream, index, ids, self.voices[voice], scale) for index, ids in enumerate(tokens))
+            for index, ids in enumerate(tokens):
+                self._pending.append((index, self._arrivals, stream, ids, self.voices[voice], scale))
+                self._arrivals += 1
             self._wake.notify()
         return stream
 
@@ -159,21 +165,27 @@ class SpeechEngine:
             self._closed = True
             self._wake.notify()
         self._thread.join(timeout=60)
+        self._vocoders.shutdown(wait=True)
 
     def queued(self) -> int:
-        return len(self._pending)
+        with self._wake:
+            return len(self._pending)
 
-    # ---- the engine thread ----------------------------------------------------------------------------
+    # ---- the engine thread and the vocoder pool --------------------------------------------------------
+    def _vocode_into(self, stream: SpeechStream, index: int, log_mel: np.ndarray) -> None:
+        try:
+            stream.deliver(index, self.vocode(log_mel))
+        except Exception as err:  # noqa: BLE001  the request fails, the pool goes on
+            stream.deliver(index, err)
+
     def _take(self) -> list[tuple]:
         with self._wake:
             while not self._closed and not self._pending:
                 self._wake.wait()
-            batch = []
-            while self._pending and len(batch) < self.batch_size:
-                item = self._pending.popleft()
-                if not item[0].cancelled:
-                    batch.append(item)
-            return batch
+            self._pending = [item for item in self._pending if not item[2].cancelled]
+            self._pending.sort(key=lambda item: item[:2])  # earliest piece index, then arrival
+            batch, self._pending = self._pending[:self.batch_size], self._pending[self.batch_size:]
+            return [(stream, index, ids, voice, scale) for index, _, stream, ids, voice, scale in batch]
 
     def _run(self) -> None:
         while not self._closed:
@@ -187,7 +199,7 @@ class SpeechEngine:
                     length_scales=[item[4] for item in batch])
                 for (stream, index, *_), result in zip(batch, results):
                     if not stream.cancelled:
-                        stream.deliver(index, self.vocode(result.mel))
+                        self._vocoders.submit(self._vocode_into, stream, index, result.mel)
                 self.served += len(batch)
             except Exception as err:  # noqa: BLE001  one bad batch fails its requests, never the engine
                 for stream, index, *_ in batch:
