@@ -120,6 +120,18 @@ def test_export_errors_are_clear(parallel_run, tmp_path):
     assert (taken / "something").read_text() == "x"  # nothing overwritten
 
 
+def test_a_checkpoint_of_the_other_decoder_is_a_clear_error(parallel_run, tmp_path):
+    import yaml
+
+    from myxtts.synthesis import RunError, Synthesizer
+
+    raw = yaml.safe_load((parallel_run / "config.yaml").read_text())
+    raw["model"] = {"preset": "tiny", "decoder": "autoregressive"}
+    (tmp_path / "ar.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(RunError, match="holds a model of the parallel decoder.*model.decoder: autoregressive"):
+        Synthesizer.from_checkpoint(parallel_run / "checkpoints", tmp_path / "ar.yaml")
+
+
 def test_autoregressive_run_is_refused(tmp_path):
     from myxtts.config import config_from_dict
     from myxtts.data.mel_stats import MelStats

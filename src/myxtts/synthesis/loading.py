@@ -99,6 +99,21 @@ def _check_n_mels(stats: MelStats, cfg: Config | None, source: Path) -> None:
         raise RunError(f"{source}: mel statistics of {stats.n_mels} bins, but audio.n_mels is {cfg.audio.n_mels}.")
 
 
+def checkpoint_decoder_type(checkpoint: str | Path) -> str | None:
+    """"parallel" when the checkpoint's model has an aligner, "autoregressive" when it has none (None: unreadable).
+    Read from the checkpoint's object graph: the model's variables are saved under the optimizer's names."""
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    try:
+        graph = trackable_object_graph_pb2.TrackableObjectGraph()
+        graph.ParseFromString(tf.train.load_checkpoint(str(checkpoint)).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+        model = next(child.node_id for child in graph.nodes[0].children if child.local_name == "model")
+    except (tf.errors.OpError, ValueError, StopIteration):
+        return None
+    names = {child.local_name for child in graph.nodes[model].children}
+    return "parallel" if "aligner" in names else "autoregressive" if "decoder" in names else None
+
+
 def restore_model(cfg: Config, vocabulary: Vocabulary, checkpoint: str | Path) -> XTTSModel:
     """Build the model for ``cfg`` and load the weights of ``checkpoint`` (a prefix or a folder)."""
     checkpoint = str(checkpoint)
@@ -110,6 +125,11 @@ def restore_model(cfg: Config, vocabulary: Vocabulary, checkpoint: str | Path) -
     if not Path(checkpoint + ".index").is_file():
         raise RunError(f"Checkpoint not found: {checkpoint} (expected {checkpoint}.index); pass a prefix like "
                        "RUN_DIR/checkpoints/ckpt-3 or the folder holding it.")
+    held = checkpoint_decoder_type(checkpoint)
+    if held is not None and held != cfg.model.decoder:
+        raise RunError(f"Checkpoint {checkpoint} holds a model of the {held} decoder, but the config says "
+                       f"'model.decoder: {cfg.model.decoder}'; use the run's own config.yaml (or set "
+                       f"model.decoder: {held}).")
     model = build_model(cfg, len(vocabulary))
     status = tf.train.Checkpoint(model=model).restore(checkpoint).expect_partial()
     try:
