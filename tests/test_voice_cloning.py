@@ -24,7 +24,7 @@ import tensorflow as tf
 from conftest import BUNDLED_CORPUS
 from train_helpers import compiled_train_step
 
-STEPS = 300
+STEPS = 180
 TRAIN_SENTENCES = 6  # per voice
 HELD_OUT = 2
 REFERENCE_FRAMES = 96

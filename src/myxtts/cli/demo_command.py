@@ -100,8 +100,9 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
         f"text fill (buckets / fixed): {fill['text_fill']:.1%} / {fixed['text_fill']:.1%}",
         f"real mel frames/s:          {train_summary.get('mel_frames_per_second', 0):.0f}",
         f"input wait share:           {train_summary.get('input_wait_share', 0):.2%}",
-        f"loss first -> last:         {train_summary.get('loss_first', float('nan')):.3f} -> "
-        f"{train_summary.get('loss_last', float('nan')):.3f}",
+        "loss first -> last:         " + (
+            f"{train_summary['loss_first']:.3f} -> {train_summary['loss_last']:.3f}"
+            if train_summary.get("loss_first") is not None else "no step this run (resumed at training.max_steps)"),
         _alignment_line(synthesizer, check),
         _cer_line(check, len(held_out)),
         f"CER of a held-out sentence: {held_out_cer:.2f} (never trained on)" if held_out_cer is not None else

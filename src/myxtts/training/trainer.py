@@ -166,6 +166,10 @@ class Trainer:
         self.listener = Listener.create(self.cfg, self.model, self.vocabulary, self.mel_stats,
                                         self.validation_pipeline, self.chief, self.echo)
         started = time.perf_counter()
+        if self._nothing_to_train():  # a resume at max_steps or past its time budget: no step runs, none is traced
+            self.warmup, self.warmup_total = {}, 0.0
+            self.traces.end_warmup()
+            return
         # every step function traced AND run once (state restored), so no bucket's first real step pays
         # TF's graph optimisation; the calls go through the monitor, which counts these traces as warm-up
         # one tf.function per bucket wraps the same method, so TF's generic "N out of the last M calls
@@ -279,6 +283,11 @@ class Trainer:
         return self.summary
 
     # ---- helpers -----------------------------------------------------------------------------------
+    def _nothing_to_train(self) -> bool:
+        t = self.cfg.training
+        at_end = int(self.steps.micro_step.numpy()) // t.gradient_accumulation_steps >= t.max_steps
+        return at_end or (t.max_minutes > 0 and float(self.trained_seconds.numpy()) >= t.max_minutes * 60.0)
+
     def _first_batch(self) -> dict:
         pipeline = self.validation_pipeline or self.train_pipeline
         batch = next(iter(pipeline.dataset(repeat=False)))
