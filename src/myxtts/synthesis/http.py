@@ -68,7 +68,7 @@ def create_app(engine: SpeechEngine) -> Any:
         try:
             stream = await run_in_threadpool(engine.submit, body.input, body.voice, body.speed)
         except SpeechRequestError as err:
-            return _error(413 if err.param == "input" and "limit" in str(err) else 400, str(err), err.param)
+            return _error(err.status, str(err), err.param)
         except TextError as err:
             return _error(400, f"The input cannot be spoken: {err}", "input")
         rate = engine.synthesizer.sample_rate

@@ -32,11 +32,11 @@ DEFAULT_MAX_CHARACTERS = 4096
 
 class SpeechRequestError(ValueError):
     """A request that cannot be served as asked (empty or oversized text, unknown voice, bad speed); ``param`` names
-    the field."""
+    the field, ``status`` the HTTP status it maps to (413 for a text over the limit, else 400)."""
 
-    def __init__(self, message: str, param: str):
+    def __init__(self, message: str, param: str, status: int = 400):
         super().__init__(message)
-        self.param = param
+        self.param, self.status = param, status
 
 
 @dataclass
@@ -143,7 +143,7 @@ class SpeechEngine:
             raise SpeechRequestError("The input text is empty.", "input")
         if len(text) > self.max_characters:
             raise SpeechRequestError(f"The input has {len(text)} characters, more than this server's limit of "
-                                     f"{self.max_characters}; send it in parts.", "input")
+                                     f"{self.max_characters}; send it in parts.", "input", status=413)
         if not 0.25 <= speed <= 4.0:
             raise SpeechRequestError(f"speed must be in [0.25, 4.0], got {speed}.", "speed")
         scale = 1.0 / speed
