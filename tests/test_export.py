@@ -39,8 +39,7 @@ print("RESULT " + json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
-def parallel_run(tmp_path_factory) -> Path:
+def _untrained_run(root: Path, model_keys: dict) -> Path:
     import keras
     import tensorflow as tf
 
@@ -50,10 +49,9 @@ def parallel_run(tmp_path_factory) -> Path:
     from myxtts.text import Vocabulary
     from test_synthesize import bundled_mel_stats
 
-    root = tmp_path_factory.mktemp("export")
     cfg = config_from_dict({"data": {"corpus_path": str(BUNDLED_CORPUS), "cache_dir": str(root / "no-cache"),
                                      "reference_frames": 96}, "audio": {"griffin_lim_iters": 8},
-                            "model": {"preset": "tiny", "text_layers": 1, "decoder_conv_blocks": 2}}, base_dir=root)
+                            "model": {"preset": "tiny", "text_layers": 1, **model_keys}}, base_dir=root)
     vocabulary = Vocabulary.for_config(cfg.text)
     keras.utils.set_random_seed(5)
     model = build_model(cfg, len(vocabulary))
@@ -64,10 +62,24 @@ def parallel_run(tmp_path_factory) -> Path:
     return root / "run"
 
 
+@pytest.fixture(scope="module")
+def parallel_run(tmp_path_factory) -> Path:
+    return _untrained_run(tmp_path_factory.mktemp("export"), {"decoder_conv_blocks": 2})
+
+
+@pytest.fixture(scope="module")
+def autoregressive_run(tmp_path_factory) -> Path:
+    return _untrained_run(tmp_path_factory.mktemp("export-ar"), {"decoder": "autoregressive", "decoder_layers": 1})
+
+
 @pytest.mark.slow
-def test_exported_model_runs_with_tensorflow_alone_and_matches_synthesize(parallel_run, tmp_path):
+@pytest.mark.parametrize("run_fixture", ["parallel_run", "autoregressive_run"])
+def test_exported_model_runs_with_tensorflow_alone_and_matches_synthesize(run_fixture, request, tmp_path):
+    """Both decoders: the autoregressive one exports its compiled step loop (a while_loop over None dims)."""
     from myxtts.cli import main
     from myxtts.synthesis import Synthesizer
+
+    parallel_run = request.getfixturevalue(run_fixture)
 
     saved = tmp_path / "saved"
     result = CliRunner().invoke(main, ["export", "--run", str(parallel_run), "--out", str(saved)])
@@ -126,21 +138,7 @@ def test_a_checkpoint_of_the_other_decoder_is_a_clear_error(parallel_run, tmp_pa
     from myxtts.synthesis import RunError, Synthesizer
 
     raw = yaml.safe_load((parallel_run / "config.yaml").read_text())
-    raw["model"] = {"preset": "tiny", "decoder": "autoregressive"}
+    raw["model"] = {"preset": "tiny", "decoder": "autoregressive", "text_layers": 1}
     (tmp_path / "ar.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(RunError, match="holds a model of the parallel decoder.*model.decoder: autoregressive"):
         Synthesizer.from_checkpoint(parallel_run / "checkpoints", tmp_path / "ar.yaml")
-
-
-def test_autoregressive_run_is_refused(tmp_path):
-    from myxtts.config import config_from_dict
-    from myxtts.data.mel_stats import MelStats
-    from myxtts.model import build_model
-    from myxtts.synthesis.export import ExportedSynthesizer, ExportError
-    from myxtts.text import Vocabulary
-
-    cfg = config_from_dict({"model": {"preset": "tiny", "decoder": "autoregressive", "d_model": 32, "ff_dim": 32}},
-                           base_dir=tmp_path)
-    model = build_model(cfg, len(Vocabulary.for_config(cfg.text)))
-    with pytest.raises(ExportError, match="Only the parallel decoder"):
-        ExportedSynthesizer(cfg, model, MelStats.identity(80))

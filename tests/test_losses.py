@@ -6,16 +6,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from myxtts.model import build_model, compute_losses, guided_attention_weights
+from myxtts.model import build_model, compute_losses
 from train_helpers import synthetic_batch
 
 VOCAB = 40
 
 
-@pytest.fixture(scope="module")
-def setup():
+@pytest.fixture(scope="module", params=["parallel", "autoregressive"])
+def setup(request):
     from myxtts.config import config_from_dict
-    cfg = config_from_dict({"model": {"preset": "tiny", "decoder": "autoregressive", "d_model": 64, "ff_dim": 128, "mel_l2_weight": 0.5}})
+    cfg = config_from_dict({"model": {"preset": "tiny", "decoder": request.param, "d_model": 64, "ff_dim": 128,
+                                      "mel_l2_weight": 0.5, "duration_weight": 0.7, "forward_sum_weight": 1.3,
+                                      "binarization_weight": 0.4}})
     return cfg, build_model(cfg, VOCAB)
 
 
@@ -72,34 +74,19 @@ def test_nan_in_target_padding_does_not_poison_loss(setup):
 
 def test_terms_react_to_what_they_measure(setup):
     cfg, model = setup
+    m = cfg.model
     batch = synthetic_batch(2, 10, 24, 16, vocab_size=VOCAB, seed=7)
     outputs = model(batch, training=False)
     base = compute_losses(batch, outputs, cfg)
     assert float(base["total"]) == pytest.approx(
-        float(base["mel_l1_before"] + base["mel_l1_after"] + base["stop"] + 0.5 * base["mel_l2"]
-              + cfg.model.guided_attention_weight * base["guided_attention"]), rel=1e-5)
-    perfect = dict(outputs, mel_before=batch["mel"], mel_after=batch["mel"])
+        float(base["mel_l1_before"] + base["mel_l1_after"] + 0.5 * base["mel_l2"] + 1.3 * base["forward_sum"]
+              + 0.7 * base["duration"] + 0.4 * base["binarization"]), rel=1e-5)
+    perfect = dict(outputs, mel_before=batch["mel"], mel_after=batch["mel"],
+                   log_duration_predictions=tf.math.log1p(tf.cast(outputs["durations"], tf.float32)))
     perfect_losses = compute_losses(batch, perfect, cfg)
-    assert float(perfect_losses["mel_l1_before"]) == 0.0 and float(perfect_losses["mel_l2"]) == 0.0
-    # a diagonal alignment costs less than an anti-diagonal one
-    steps, text = outputs["alignments"].shape[1:]
-    diagonal = np.zeros([2, steps, text], np.float32)
-    anti = np.zeros_like(diagonal)
-    for i, (frames, tokens) in enumerate(zip(batch["mel_lengths"].numpy(), batch["token_lengths"].numpy())):
-        n = -(-frames // 2)
-        for s in range(n):
-            diagonal[i, s, min(tokens - 1, s * tokens // n)] = 1.0
-            anti[i, s, tokens - 1 - min(tokens - 1, s * tokens // n)] = 1.0
-    cost = lambda a: float(compute_losses(batch, dict(outputs, alignments=tf.constant(a)), cfg)["guided_attention"])
-    assert cost(diagonal) < 0.1 * cost(anti)
-    # stop: confident right answers cost less than confident wrong ones
-    step_lengths = (batch["mel_lengths"].numpy() + 1) // 2
-    right = np.where(np.arange(steps)[None] == step_lengths[:, None] - 1, 10.0, -10.0).astype(np.float32)
-    stop = lambda logits: float(compute_losses(batch, dict(outputs, stop_logits=tf.constant(logits)), cfg)["stop"])
-    assert stop(right) < 0.01 < stop(-right)
-
-
-def test_guided_attention_prior_is_zero_on_diagonal():
-    weights = guided_attention_weights(tf.constant([10]), tf.constant([20]), 10, 20, 0.2).numpy()[0]
-    assert weights[0, 0] == 0.0 and weights[5, 10] == pytest.approx(0.0, abs=1e-6)
-    assert weights[0, 19] > 0.9
+    for key in ("mel_l1_before", "mel_l1_after", "mel_l2", "duration"):
+        assert float(perfect_losses[key]) == 0.0, key
+    # the binarisation loss is ramped in by the optimizer step: off before its start, full after the ramp
+    ramped = [float(compute_losses(batch, outputs, cfg, step=tf.constant(step))["total"])
+              for step in (0, m.binarization_start_step + m.binarization_ramp_steps)]
+    assert ramped[1] - ramped[0] == pytest.approx(0.4 * float(base["binarization"]), rel=1e-4)

@@ -1,4 +1,5 @@
-"""Model: shapes, presets and config overrides, cached step decoding == parallel decoding."""
+"""Model: shapes, presets and config overrides; the autoregressive decoder's free-running loop (KV cache) equals
+its teacher-forced pass on its own output."""
 
 from __future__ import annotations
 
@@ -44,10 +45,10 @@ def test_every_model_override_reaches_the_built_layers(make_config):
     assert text.blocks[0].self_attention.num_heads == 3
     assert len(cond.convs) == 1 and cond.latent_queries.shape == (5, 48)
     assert len(dec.blocks) == 3 and dec.prenet.layers_[0].kernel.shape == (3 * 80, 40)
-    assert dec.mel_proj.kernel.shape == (48, 3 * 80)
+    assert dec.mel_proj.kernel.shape == (48, 3 * 80) and dec.text_proj.kernel.shape == (3 * 48, 48)
     assert len(post.convs) == 4 and post.convs[0].kernel.shape[-1] == 24
     out = model(synthetic_batch(1, 6, 18, 9, vocab_size=VOCAB))
-    assert out["stop_logits"].shape == (1, 6)
+    assert out["mel_after"].shape == (1, 18, 80) and out["durations"].shape == (1, 6)
 
 
 def test_inconsistent_sizes_are_rejected(make_config):
@@ -57,23 +58,23 @@ def test_inconsistent_sizes_are_rejected(make_config):
 
 
 @pytest.mark.parametrize("shape", [(2, 11, 24, 16), (3, 7, 40, 32)])
-def test_output_shapes_and_alignment_rows(tiny, shape):
+def test_output_shapes_alignment_rows_and_durations(tiny, shape):
     cfg, model = tiny
     batch_size, text_len, frames, ref = shape
     batch = synthetic_batch(batch_size, text_len, frames, ref, vocab_size=VOCAB, seed=1)
     out = model(batch, training=True, seed=tf.constant([3, 4]))
-    steps = frames // cfg.model.reduction_factor
     assert out["mel_before"].shape == out["mel_after"].shape == (batch_size, frames, 80)
-    assert out["stop_logits"].shape == (batch_size, steps)
-    assert out["alignments"].shape == (batch_size, steps, text_len)
+    assert out["alignments"].shape == out["hard_alignment"].shape == (batch_size, frames, text_len)
     alignments = out["alignments"].numpy()
-    lengths = batch["token_lengths"].numpy()
-    for i, length in enumerate(lengths):
-        assert np.all(alignments[i, :, length:] == 0.0)  # never attends to text padding
-        # the aligning softmax runs over real text only: the speaker latents cannot take its mass
-        np.testing.assert_allclose(alignments[i].sum(-1), 1.0, atol=1e-5)
+    tokens, mel_lengths = batch["token_lengths"].numpy(), batch["mel_lengths"].numpy()
+    for i, (length, real_frames) in enumerate(zip(tokens, mel_lengths)):
+        assert np.all(alignments[i, :, length:] < 1e-6)  # the aligner never places a frame on text padding
+        np.testing.assert_allclose(alignments[i, :real_frames].sum(-1), 1.0, atol=1e-5)
+        assert np.all(alignments[i, real_frames:] == 0.0)
+        durations = out["durations"].numpy()[i]
+        assert durations.sum() == real_frames and np.all(durations[:length] >= 1) and np.all(durations[length:] == 0)
     for value in out.values():
-        assert value.dtype == tf.float32 and np.all(np.isfinite(value.numpy()))
+        assert np.all(np.isfinite(value.numpy()))
 
 
 def test_dropout_is_reproducible_from_the_seed(tiny):
@@ -86,39 +87,35 @@ def test_dropout_is_reproducible_from_the_seed(tiny):
     assert not np.allclose(a.numpy(), c.numpy())
 
 
-def test_cached_step_decoding_equals_parallel_decoder(tiny):
-    cfg, model = tiny
-    r = cfg.model.reduction_factor
-    batch = synthetic_batch(2, 9, 24, 16, vocab_size=VOCAB, seed=3, full_lengths=True)
-    full = model(batch, training=False)
-    text = model.encode_text(batch["tokens"], batch["token_lengths"])
+@pytest.mark.parametrize("reduction_factor", [1, 2, 3])
+def test_free_running_generation_equals_teacher_forcing_on_its_own_output(make_config, reduction_factor):
+    """The compiled while_loop with its KV cache computes, step by step, what the teacher-forced pass computes at
+    once when fed the frames the loop produced: the loop reads its own previous frames, nothing of the future."""
+    from myxtts.model.durations import alignment_from_durations, length_regulate
+    from myxtts.model.layers import length_mask
+
+    frames = 12 * reduction_factor
+    cfg = make_config(data={"bucket_multiple": reduction_factor * 4, "max_mel_frames": 120 * reduction_factor},
+                      model={"preset": "tiny", "decoder": "autoregressive", "d_model": 32, "ff_dim": 64,
+                             "prenet_dim": 32, "decoder_layers": 2, "dropout": 0.0,
+                             "reduction_factor": reduction_factor})
+    model = build_model(cfg, VOCAB)
+    batch = synthetic_batch(2, 7, frames, 16, vocab_size=VOCAB, seed=3)
+    durations = tf.constant([[3, 1, 2, 4, 2, 5, 1], [2, 2, 3, 1, 0, 0, 0]], tf.int32)  # unequal totals: 18, 8
+    mel_lengths = tf.reduce_sum(durations, axis=1)
+    text = model.encode_text(batch["tokens"], tf.constant([7, 4]))
     latents = model.encode_reference(batch["reference_mel"], batch["reference_lengths"])
-    memory, memory_mask = model.build_memory(text, batch["token_lengths"], latents)
-    memory_kv = model.memory_key_values(memory)
-    steps = 24 // r
-    cache = model.initial_cache(2, steps + 3)  # a longer cache than needed: unused slots are masked
-    decoder_inputs = model.teacher_forced_inputs(batch["mel"], batch["mel_lengths"])  # [B, steps, r*n_mels]
-
-    @tf.function(jit_compile=False)
-    def step(prev, index, cache):
-        return model.decoder_step(prev, index, cache, memory_kv, memory_mask)
-
-    frames, stops, attentions = [], [], []
-    for index in range(steps):
-        out_frames, stop, cache, attention = step(decoder_inputs[:, index], tf.constant(index), cache)
-        frames.append(out_frames)
-        stops.append(stop)
-        attentions.append(attention)
-    stepped = tf.concat(frames, axis=1)
-    np.testing.assert_allclose(stepped.numpy(), full["mel_before"].numpy(), atol=1e-5, rtol=0)
-    np.testing.assert_allclose(tf.stack(stops, 1).numpy(), full["stop_logits"].numpy(), atol=1e-5, rtol=0)
-    np.testing.assert_allclose(tf.stack(attentions, 1)[:, :, :9].numpy(), full["alignments"].numpy(), atol=1e-5)
-    # postnet on the stepped frames gives mel_after
-    np.testing.assert_allclose(model.apply_postnet(stepped, batch["mel_lengths"]).numpy(),
-                               full["mel_after"].numpy(), atol=1e-5)
-    # the (text, latents) memory itself is accepted too (keys/values recomputed inside the step)
-    same = model.decoder_step(decoder_inputs[:, 0], 0, model.initial_cache(2, steps), memory, memory_mask)
-    np.testing.assert_allclose(same[0].numpy(), frames[0].numpy(), atol=1e-5)
+    encodings = length_regulate(alignment_from_durations(durations, frames), text)  # [2, frames, d]
+    mask = length_mask(mel_lengths, frames)
+    generated = tf.function(model.decoder.generate)(encodings, mask, latents)  # [2, frames, n_mels]
+    forced = model.decoder(encodings, mask, latents, generated, training=False)
+    np.testing.assert_allclose(generated.numpy(), forced.numpy(), atol=2e-5, rtol=0)
+    assert np.all(generated.numpy()[1, 8:] == 0.0) and np.all(np.abs(generated.numpy()[1, :8]).sum(-1) > 0)
+    # another future does not change the past: the teacher-forced pass is causal
+    changed = tf.concat([generated[:, :6], generated[:, 6:] + 3.0], axis=1)
+    early = model.decoder(encodings, mask, latents, changed, training=False)
+    first = 6 // reduction_factor * reduction_factor + reduction_factor  # the frames of steps before step 6//r+1
+    np.testing.assert_allclose(early.numpy()[:, :first], forced.numpy()[:, :first], atol=1e-5)
 
 
 def test_text_longer_than_position_table_is_a_clear_error(make_config):
@@ -150,7 +147,7 @@ def test_none_dims_trace_and_match_while_static_signatures_stay_static(tiny):
     dynamic = tf.function(forward, input_signature=[dynamic_spec]).get_concrete_function()
     for name, spec in static.structured_outputs.items():
         assert spec.shape.is_fully_defined(), (name, spec.shape)
-    assert static.structured_outputs["alignments"].shape == (2, 12, 11)
+    assert static.structured_outputs["alignments"].shape == (2, 24, 11)
     assert dynamic.structured_outputs["mel_after"].shape.as_list() == [None, None, 80]
     # the static graph reads no dims at run time: the None-dim fallback is confined to None-dim traces
     static_ops = {op.type for op in static.graph.get_operations()}
@@ -162,10 +159,11 @@ def test_none_dims_trace_and_match_while_static_signatures_stay_static(tiny):
 
 
 def test_reference_voice_reaches_the_output_through_its_own_path(tiny):
-    """Another reference changes the mel, while the alignment over the text stays a distribution over the text."""
+    """Another reference changes the mel, never the alignment: the text reaches the decoder only through the
+    durations, which the voice does not touch."""
     _, model = tiny
     batch = synthetic_batch(2, 9, 24, 16, vocab_size=VOCAB, seed=6)
     other = dict(batch, reference_mel=tf.reverse(batch["reference_mel"], axis=[0]) * 2.0 + 1.0)
     a, b = model(batch, training=False), model(other, training=False)
     assert float(tf.reduce_mean(tf.abs(a["mel_before"] - b["mel_before"]))) > 1e-4
-    np.testing.assert_allclose(tf.reduce_sum(b["alignments"], -1).numpy(), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(a["durations"].numpy(), b["durations"].numpy())

@@ -56,7 +56,7 @@ def test_gradient_accumulation_over_unequal_buckets_equals_one_big_batch():
     accumulated, single = _delta(start, model_a), _delta(start, model_b)
     assert np.linalg.norm(single) > 0
     np.testing.assert_allclose(accumulated, single, atol=1e-6 + 1e-4 * np.abs(single).max())
-    for key in ("total", "mel_l1_before", "stop", "guided_attention"):  # the cycle reports the big batch's losses
+    for key in ("total", "mel_l1_before", "forward_sum", "duration"):  # the cycle reports the big batch's losses
         assert float(out_a[key]) == pytest.approx(float(out_b[key]), rel=1e-4), key
     # accumulators are zero again after the update
     assert all(float(tf.reduce_max(tf.abs(a))) == 0.0 for a in steps_a.accumulators)
@@ -68,13 +68,13 @@ def test_loss_is_the_global_mean_over_real_frames_not_a_mean_of_batch_means():
     from train_helpers import batch_with_lengths, crop_batch
 
     cfg, model, _ = _setup(keras.optimizers.SGD(0.05))
-    big = batch_with_lengths([10, 9, 6, 5], [24, 22, 4, 6], 10, 24, 16, vocab_size=VOCAB, seed=5)
+    big = batch_with_lengths([10, 9, 6, 5], [24, 22, 8, 6], 10, 24, 16, vocab_size=VOCAB, seed=5)
     parts = [crop_batch(big, slice(0, 2), 10, 24), crop_batch(big, slice(2, 4), 6, 8)]
-    counts = add_normalizers([loss_normalizers(p, 2, 80) for p in parts])
+    counts = add_normalizers([loss_normalizers(p, 80) for p in parts])
     whole = compute_losses(big, model(big), cfg)
     shares = [compute_losses(p, model(p), cfg, counts) for p in parts]
     means = [compute_losses(p, model(p), cfg) for p in parts]
-    for key in ("mel_l1_before", "stop", "guided_attention"):
+    for key in ("mel_l1_before", "forward_sum", "duration", "binarization"):
         assert float(shares[0][key] + shares[1][key]) == pytest.approx(float(whole[key]), rel=1e-5), key
     # the old weighting (mean of the two batch means) is measurably different on these lengths
     assert abs(float(means[0]["mel_l1_before"] + means[1]["mel_l1_before"]) / 2 - float(whole["mel_l1_before"])) \
@@ -204,7 +204,7 @@ def test_steps_per_execution_runs_k_updates_in_one_call_equal_to_k_single_steps(
     assert int(steps_k.micro_step.numpy()) == 3
     for a, b in zip(_weights(model_k), _weights(model_1)):
         np.testing.assert_allclose(a, b, atol=1e-6)
-    for key in ("total", "mel_l1_before", "stop", "guided_attention", "grad_norm"):
+    for key in ("total", "mel_l1_before", "forward_sum", "duration", "grad_norm"):
         assert float(out_k[key]) == pytest.approx(np.mean([float(s[key]) for s in singles]), rel=1e-4), key
     assert float(out_k["real_frames"]) == pytest.approx(sum(float(s["real_frames"]) for s in singles))
     # validation keeps the batch signature

@@ -104,11 +104,8 @@ class ModelConfig:
     reduction_factor: int | None = None
     dropout: float = 0.1
     max_attention_sequence_length: int = 1024  # positions table size; must cover text and decoder steps
-    stop_positive_weight: float = 5.0
-    guided_attention_weight: float = 1.0
-    guided_attention_sigma: float = 0.2
     mel_l2_weight: float = 0.0  # weight of an extra L2 mel loss after the postnet (0: L1 only)
-    # parallel decoder: the aligner's forward-sum loss, the duration predictor's loss (MSE of log(1 + frames)),
+    # the aligner's forward-sum loss, the duration predictor's loss (MSE of log(1 + frames)),
     # and the binarisation loss (soft alignment towards the hard one), ramped in linearly from
     # binarization_start_step over binarization_ramp_steps optimizer steps
     forward_sum_weight: float = 1.0
@@ -344,9 +341,6 @@ def validate(cfg: Config) -> Config:
         raise ValueError("Config key 'data.batch_size' must be > 0 with data.pad_to_fixed_length.")
     if not 0.0 <= m.dropout < 1.0:
         raise ValueError(f"Config key 'model.dropout' must be in [0, 1), got {m.dropout}.")
-    if m.stop_positive_weight <= 0 or m.guided_attention_weight < 0 or m.guided_attention_sigma <= 0:
-        raise ValueError("Config keys 'model.stop_positive_weight' and 'model.guided_attention_sigma' must "
-                         "be > 0 and 'model.guided_attention_weight' >= 0.")
     _check_decoder_keys(m)
     if m.mel_l2_weight < 0:
         raise ValueError(f"Config key 'model.mel_l2_weight' must be >= 0, got {m.mel_l2_weight}.")
@@ -376,10 +370,8 @@ def validate(cfg: Config) -> Config:
 
 
 # keys that only one decoder reads: set to anything but the default for the other decoder, they are rejected
-AUTOREGRESSIVE_ONLY_KEYS = ("decoder_layers", "prenet_dim", "stop_positive_weight", "guided_attention_weight",
-                            "guided_attention_sigma")
-PARALLEL_ONLY_KEYS = ("decoder_conv_blocks", "forward_sum_weight", "duration_weight", "binarization_weight",
-                      "binarization_start_step", "binarization_ramp_steps")
+AUTOREGRESSIVE_ONLY_KEYS = ("decoder_layers", "prenet_dim")
+PARALLEL_ONLY_KEYS = ("decoder_conv_blocks",)
 
 
 def _check_decoder_keys(m: ModelConfig) -> None:

@@ -4,15 +4,16 @@ Per clip (the run's validation split by default, or every clip of a corpus folde
 
 - ``mcd_dtw_db``: MCD-DTW between the real audio and the free-running synthesis (Griffin-Lim), the
   reference voice being another clip of the same speaker (the clip itself when it is the only one);
-- ``teacher_forced_mel_l1``: mean |mel_after - real mel| over real frames with the true previous frames
-  fed to the decoder (what the training loss measures, here on held-out audio), in log-mel units: the
-  model's normalised output is denormalised with the run's mel statistics first, so the figure compares
-  across runs and statistics;
-- ``stop_accuracy``: share of real decoder steps whose teacher-forced stop decision (sigmoid > 0.5) is
-  right (1 only on the last step);
-- ``attention_diagonality`` / ``focus_rate`` of the free-running alignment (and ``teacher_forced_*``);
+- ``teacher_forced_mel_l1``: mean |mel_after - real mel| over real frames with the aligner's durations on the
+  real audio (and, for the autoregressive decoder, the true previous frames): what the training loss measures,
+  here on held-out audio, in log-mel units (denormalised with the run's mel statistics first, so the figure
+  compares across runs and statistics);
+- ``duration_error``: mean |log(1 + predicted frames) - log(1 + aligner frames)| over the clip's tokens;
+- ``aligner_focus_rate`` / ``aligner_diagonality``: how peaked and how diagonal the aligner's soft alignment of
+  the real audio is (``myxtts.metrics``);
 - ``real_time_factor``: (compiled decoding + vocoder seconds) / seconds of audio produced;
-- ``length_ratio``: synthesized / real frames, and whether the stop token (not the maximum) ended it.
+- ``length_ratio``: synthesized / real frames; ``cut_at_maximum``: the predicted durations overran
+  ``data.max_mel_frames``.
 """
 
 from __future__ import annotations
@@ -31,14 +32,12 @@ from myxtts.audio import load_audio
 from myxtts.config import Config
 from myxtts.data.corpus import CorpusEntry, read_corpus
 from myxtts.metrics import attention_diagonality, focus_rate, mel_cepstral_distortion
-from myxtts.synthesis.decoding import STOP_THRESHOLD
 from myxtts.synthesis.synthesizer import Synthesizer
 from myxtts.text import PAD_ID
 
 MEL_BUCKET_MULTIPLE = 64  # teacher-forced frames are padded to multiples of this (few compiled shapes)
-SUMMARY_KEYS = ("mcd_dtw_db", "teacher_forced_mel_l1", "stop_accuracy", "attention_diagonality", "focus_rate",
-                "teacher_forced_attention_diagonality", "teacher_forced_focus_rate", "real_time_factor",
-                "length_ratio", "stopped_by_token", "stopped_by_alignment")
+SUMMARY_KEYS = ("mcd_dtw_db", "teacher_forced_mel_l1", "duration_error", "aligner_focus_rate", "aligner_diagonality",
+                "real_time_factor", "length_ratio", "cut_at_maximum")
 
 
 def machine_description() -> dict[str, Any]:
@@ -107,9 +106,8 @@ class TeacherForcing:
         """``mel``: the real log mel ``[frames, n_mels]`` (normalised here for the model); ``reference_mel``: the
         normalised reference (``Synthesizer.reference_mel``). The returned ``mel_after`` is a real log mel."""
         stats = self.synthesizer.mel_stats
-        r = self.synthesizer.lengths.reduction_factor
         text_len = self.synthesizer.lengths.text_bucket(len(tokens))
-        limit = self.synthesizer.model.dims.max_positions * r
+        limit = self.synthesizer.cfg.data.max_mel_frames  # a multiple of the reduction factor (validated)
         frames = min(math.ceil(mel.shape[0] / MEL_BUCKET_MULTIPLE) * MEL_BUCKET_MULTIPLE, limit)
         true_frames = min(mel.shape[0], frames)
         padded_tokens = np.full([1, text_len], PAD_ID, np.int32)
@@ -121,16 +119,14 @@ class TeacherForcing:
                  "reference_lengths": np.array([reference_length], np.int32), "speaker_ids": np.zeros([1], np.int32)}
         outputs = {k: v.numpy()[0] for k, v in self._function(text_len, frames)(
             {k: tf.constant(v) for k, v in batch.items()}).items()}
-        steps = math.ceil(true_frames / r)
-        stop_target = np.zeros([steps], bool)
-        stop_target[-1] = True
-        stop_decisions = 1.0 / (1.0 + np.exp(-outputs["stop_logits"][:steps])) > STOP_THRESHOLD
-        alignment = outputs["alignments"][:steps, : len(tokens)]
+        alignment = outputs["alignments"][:true_frames, : len(tokens)]  # [frames, tokens] soft, the aligner's
         mel_after = stats.denormalize(outputs["mel_after"][:true_frames])  # [true_frames, n_mels] real log mel
+        aligner_log = np.log1p(outputs["durations"][: len(tokens)].astype(np.float64))
+        predicted_log = outputs["log_duration_predictions"][: len(tokens)]
         return {"teacher_forced_mel_l1": float(np.mean(np.abs(mel_after - mel[:true_frames]))),
-                "stop_accuracy": float(np.mean(stop_decisions == stop_target)),
-                "teacher_forced_attention_diagonality": attention_diagonality(alignment),
-                "teacher_forced_focus_rate": focus_rate(alignment), "mel_after": mel_after}
+                "duration_error": float(np.mean(np.abs(predicted_log - aligner_log))),
+                "aligner_diagonality": attention_diagonality(alignment), "aligner_focus_rate": focus_rate(alignment),
+                "mel_after": mel_after}
 
 
 def evaluate(synthesizer: Synthesizer, entries: list[CorpusEntry], pool: list[CorpusEntry],
@@ -157,11 +153,9 @@ def evaluate(synthesizer: Synthesizer, entries: list[CorpusEntry], pool: list[Co
         forced = teacher(tokens, real_mel, reference_mel, reference_length)
         item = {"id": entry.id, "reference_id": reference.id, "tokens": int(len(tokens)),
                 "real_frames": int(real_mel.shape[0]), "synthesized_frames": result.frames,
-                "length_ratio": result.frames / real_mel.shape[0], "stopped_by_token": result.stopped_by_token,
-                "stopped_by_alignment": result.ended_by == "alignment", "ended_by": result.ended_by,
+                "length_ratio": result.frames / real_mel.shape[0],
+                "cut_at_maximum": result.ended_by == "maximum length",
                 "mcd_dtw_db": mel_cepstral_distortion(real_wave, result.waveform, rate),
-                "attention_diagonality": attention_diagonality(result.alignment),
-                "focus_rate": focus_rate(result.alignment),
                 "real_time_factor": compute_seconds / max(seconds, 1e-9), "seconds": seconds,
                 **{k: v for k, v in forced.items() if k != "mel_after"}}
         if plots_dir is not None:
@@ -197,13 +191,12 @@ def evaluate_run(run_dir: str | os.PathLike, data: str | os.PathLike | None = No
 def format_report(report: dict[str, Any]) -> str:
     """A readable table: one row per clip, then the means."""
     columns = [("id", "id", "{}"), ("MCD dB", "mcd_dtw_db", "{:.2f}"), ("TF L1", "teacher_forced_mel_l1", "{:.3f}"),
-               ("stop acc", "stop_accuracy", "{:.3f}"), ("diag", "attention_diagonality", "{:.3f}"),
-               ("focus", "focus_rate", "{:.3f}"), ("RTF", "real_time_factor", "{:.3f}"),
-               ("len ratio", "length_ratio", "{:.2f}"), ("stop tok", "stopped_by_token", "{}"),
-               ("align stop", "stopped_by_alignment", "{}")]
+               ("dur err", "duration_error", "{:.3f}"), ("focus", "aligner_focus_rate", "{:.3f}"),
+               ("diag", "aligner_diagonality", "{:.3f}"), ("RTF", "real_time_factor", "{:.3f}"),
+               ("len ratio", "length_ratio", "{:.2f}"), ("cut", "cut_at_maximum", "{}")]
     rows = [[fmt.format(item[key]) for _, key, fmt in columns] for item in report["items"]]
     summary = report["summary"]
-    rows.append(["mean"] + [fmt.format(summary[key]) if not key.startswith("stopped_by") else f"{summary[key]:.0%}"
+    rows.append(["mean"] + [fmt.format(summary[key]) if key != "cut_at_maximum" else f"{summary[key]:.0%}"
                             for _, key, fmt in columns[1:]])
     widths = [max(len(header), *(len(row[i]) for row in rows)) for i, (header, _, _) in enumerate(columns)]
     lines = [f"evaluation of {report['checkpoint']} on {report['clips']} clips ({report['data']})",

@@ -142,19 +142,14 @@ def _listen(cfg, synthesizer, text: str, sentences: list[tuple[str, Path]], refe
     check = check_speech(synthesizer, texts, reference, recordings, plot_dir=plot_dir)
     for item in check.sentences:
         heard = f" | heard: {item.heard!r} (CER {item.cer:.2f})" if item.heard is not None else ""
-        click.echo(f"- {item.text[:60]!r}: {item.seconds:.1f} s, focus {item.focus_rate:.2f}{heard}")
+        click.echo(f"- {item.text[:60]!r}: {item.seconds:.1f} s, {item.frames_per_token:.1f} frames per token{heard}")
     (run_dir / "listening.json").write_text(json.dumps(check.to_dict(), indent=2), encoding="utf-8")
     return check
 
 
 def _alignment_line(synthesizer, check) -> str:
-    if synthesizer.parallel:
-        frames = [len(result.alignment) for result in synthesizer.last_results]
-        tokens = [result.alignment.shape[1] for result in synthesizer.last_results]
-        return (f"alignment:                  predicted durations, {sum(frames) / max(sum(tokens), 1):.1f} frames per "
-                "token (monotonic by construction: nothing skipped or repeated)")
-    return (f"alignment (free-running):   focus rate {check.focus_rate:.2f}, diagonality {check.diagonality:.2f}, "
-            f"{check.text_attention_share:.0%} of its attention on the text")
+    return (f"alignment:                  predicted durations, {check.frames_per_token:.1f} frames per token "
+            "(monotonic by construction: nothing skipped or repeated)")
 
 
 def _similarity_line(cfg, synthesizer, clips: list[Path]) -> str:

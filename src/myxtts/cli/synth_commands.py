@@ -12,8 +12,7 @@ from myxtts.cli.common import clean_errors
 
 def _synthesizer(run_dir: str | None, checkpoint: str | None, config_path: str | None, batch_size: int,
                  **decoding):
-    """The Synthesizer of a run or a checkpoint; ``decoding``: monotonic_attention, alignment_stop,
-    prenet_dropout, length_scale (see ``Synthesizer``)."""
+    """The Synthesizer of a run or a checkpoint; ``decoding``: length_scale (see ``Synthesizer``)."""
     from myxtts.synthesis import RunError, Synthesizer
 
     if run_dir and checkpoint:
@@ -61,19 +60,11 @@ def _read_texts(text: str | None, text_file: str | None, one_document: bool) -> 
 @click.option("--out-dir", type=click.Path(file_okay=False), help="Output folder (001.wav, 002.wav, ...).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True,
               help="Texts decoded together (one compiled graph per batch size and text bucket).")
-@click.option("--monotonic-attention", is_flag=True,
-              help="Keep the aligning attention in a forward-moving window of the text (guards a briefly trained "
-                   "model against skipping or repeating words).")
-@click.option("--alignment-stop/--no-alignment-stop", default=True, show_default=True,
-              help="Also end an utterance when the alignment has reached the end of the text (not only on the "
-                   "stop token or the maximum length).")
-@click.option("--prenet-dropout/--no-prenet-dropout", default=True, show_default=True,
-              help="Keep the decoder prenet's dropout on while decoding, as in training (seeded: reproducible).")
 @click.option("--speed", type=click.FloatRange(min=0.1, max=10.0), default=1.0, show_default=True,
-              help="Speaking rate of the parallel decoder: its predicted durations are divided by it.")
+              help="Speaking rate: the predicted durations are divided by it.")
 @clean_errors(ValueError, OSError)
 def synthesize_command(run_dir, checkpoint, config_path, text, text_file, reference, out_path, out_dir,
-                       batch_size, monotonic_attention, alignment_stop, prenet_dropout, speed) -> None:
+                       batch_size, speed) -> None:
     """Text + a reference voice clip -> 16-bit WAV at the configured sample rate."""
     from myxtts.vocoder import write_wav
 
@@ -83,9 +74,7 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
     texts = _read_texts(text, text_file, one_document=out_path is not None)
     if not Path(reference).is_file():
         raise ValueError(f"Reference clip not found: {reference}")
-    synthesizer = _synthesizer(run_dir, checkpoint, config_path, batch_size, monotonic_attention=monotonic_attention,
-                               alignment_stop=alignment_stop, prenet_dropout=prenet_dropout,
-                               length_scale=1.0 / speed)
+    synthesizer = _synthesizer(run_dir, checkpoint, config_path, batch_size, length_scale=1.0 / speed)
     documents = synthesizer.synthesize_documents(texts, reference)
     rate = synthesizer.sample_rate
     if out_path:
@@ -97,7 +86,7 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
     for path, document in zip(paths, documents):
         seconds = len(document.waveform) / rate
         compute = sum(r.decode_seconds + r.vocoder_seconds for r in document.results)
-        endings = sorted({r.ended_by if r.ended_by != "maximum length" else f"maximum length ({r.max_frames} frames)"
+        endings = sorted({r.ended_by if r.ended_by != "maximum length" else f"maximum length ({r.frames} frames)"
                           for r in document.results})
         pieces = f"{len(document.pieces)} pieces, " if len(document.pieces) > 1 else ""
         click.echo(f"wrote {path} ({seconds:.2f} s, {pieces}{sum(r.frames for r in document.results)} frames, "
@@ -116,7 +105,7 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
               help="Write mel / alignment PNGs per clip here.")
 @clean_errors(ValueError, OSError)
 def evaluate_command(run_dir, data_path, config_path, limit, json_path, plots_dir) -> None:
-    """MCD-DTW, teacher-forced mel L1, stop accuracy, attention diagonality / focus, real-time factor."""
+    """MCD-DTW, teacher-forced mel L1, duration error, aligner focus / diagonality, real-time factor."""
     from myxtts.evaluate import evaluate_run
     from myxtts.locks import lock_run_directory
 

@@ -53,16 +53,22 @@ def length_mask(lengths: tf.Tensor, max_length: int) -> tf.Tensor:
     return tf.sequence_mask(lengths, maxlen=max_length)
 
 
-def stateless_dropout(x: tf.Tensor, rate: float, training: bool, seed: tf.Tensor | None, site: int) -> tf.Tensor:
+def stateless_dropout(x: tf.Tensor, rate: float, training: bool, seed: tf.Tensor | None, site: int,
+                      shared_over_batch: bool = False) -> tf.Tensor:
     """Inverted dropout whose mask depends only on (seed, site); identity when not training.
 
     ``seed`` is an int ``[2]`` tensor; ``None`` falls back to stateful ``tf.nn.dropout`` (not resumable).
+    ``shared_over_batch``: one mask for every item (its batch dimension 1), so an item's result does not depend on
+    the batch it is in (synthesis).
     """
     if not training or rate <= 0.0:
         return x
     if seed is None:
         return tf.nn.dropout(x, rate=rate)
     site_seed = tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int64), site)
+    if shared_over_batch:
+        keep = tf.random.stateless_uniform([1, *x.shape.as_list()[1:]], seed=site_seed) >= rate
+        return tf.where(keep, x / tf.cast(1.0 - rate, x.dtype), tf.zeros_like(x))
     # static shape inside compiled steps; the dynamic fallback only serves eager calls with an unknown batch
     shape = x.shape.as_list() if x.shape.is_fully_defined() else tf.shape(x)
     keep = tf.random.stateless_uniform(shape, seed=site_seed) >= rate

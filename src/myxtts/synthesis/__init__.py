@@ -1,12 +1,12 @@
-"""Synthesis: compiled free-running decoding (tf.while_loop + KV cache), length policy, run loading."""
+"""Synthesis: compiled decoding from predicted durations, length policy, text splitting, run loading."""
 
-from myxtts.synthesis.decoding import STOP_THRESHOLD, CompiledDecoder
+from myxtts.synthesis.decoding import CompiledDecoder, SynthesisLengthError
 from myxtts.synthesis.lengths import LengthPolicy, TextTooLongError
 from myxtts.synthesis.loading import (RunError, latest_checkpoint, load_model_from_checkpoint, load_model_from_run,
                                       save_run)
 from myxtts.synthesis.synthesizer import LongSynthesis, SynthesisResult, Synthesizer, write_results
 from myxtts.synthesis.text_split import TextPiece, split_text
 
-__all__ = ["STOP_THRESHOLD", "CompiledDecoder", "LengthPolicy", "LongSynthesis", "RunError", "SynthesisResult",
+__all__ = ["CompiledDecoder", "LengthPolicy", "LongSynthesis", "RunError", "SynthesisLengthError", "SynthesisResult",
            "Synthesizer", "TextPiece", "TextTooLongError", "latest_checkpoint", "load_model_from_checkpoint",
            "load_model_from_run", "save_run", "split_text", "write_results"]

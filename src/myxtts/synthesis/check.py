@@ -1,10 +1,10 @@
 """Does a trained model speak? Synthesize sentences and measure what a person would check.
 
-For each sentence: the free-running alignment of the aligning layer (focus rate, diagonality, share of
-its attention on real text), and, when pocketsphinx is installed (the ``listen`` extra), the character
+For each sentence: its length and speaking rate (mel frames per token, from the predicted durations), and,
+when pocketsphinx is installed (the ``listen`` extra), the character
 error rate (CER) of what an offline recognizer hears, next to the recognizer's CER on the real
 recordings of the same sentences (the ceiling: the recognizer itself errs ~16% on LJSpeech). Writes
-an alignment plot per sentence (matplotlib, labelled axes) that a person can look at.
+a plot per sentence of the frames each token got (matplotlib, labelled axes) that a person can look at.
 """
 
 from __future__ import annotations
@@ -15,16 +15,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from myxtts.metrics import attention_diagonality, focus_rate
 
 
 @dataclass
 class SentenceCheck:
     text: str
     seconds: float
-    focus_rate: float
-    diagonality: float
-    text_attention_share: float  # mean over decoder steps of the aligning layer's mass on real text
+    frames_per_token: float  # the predicted durations' mean: the speaking rate
     heard: str | None = None  # what the recognizer heard (None: no recognizer installed)
     cer: float | None = None
     recording_heard: str | None = None
@@ -40,24 +37,16 @@ class SpeechCheck:
     recording_cer: float | None = None  # the recognizer's CER on the real recordings of the same texts
 
     @property
-    def focus_rate(self) -> float:
-        return float(np.mean([s.focus_rate for s in self.sentences]))
-
-    @property
-    def diagonality(self) -> float:
-        return float(np.mean([s.diagonality for s in self.sentences]))
-
-    @property
-    def text_attention_share(self) -> float:
-        return float(np.mean([s.text_attention_share for s in self.sentences]))
+    def frames_per_token(self) -> float:
+        return float(np.mean([s.frames_per_token for s in self.sentences]))
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "focus_rate": self.focus_rate, "diagonality": self.diagonality,
-                "text_attention_share": self.text_attention_share}
+        return {**asdict(self), "frames_per_token": self.frames_per_token}
 
 
 def plot_alignment(path: str | Path, alignment: np.ndarray, title: str) -> Path:
-    """PNG of an alignment ``[decoder steps, text tokens]``: text position against decoder step."""
+    """PNG of an alignment ``[mel frames, text tokens]`` (0/1 from the durations, or an aligner's soft one): text
+    position against mel frame."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -65,10 +54,10 @@ def plot_alignment(path: str | Path, alignment: np.ndarray, title: str) -> Path:
 
     figure, axes = plt.subplots(figsize=(8, 4.5), dpi=100)
     image = axes.imshow(alignment.T, origin="lower", aspect="auto", interpolation="nearest", cmap="viridis")
-    axes.set_xlabel("decoder step (reduction_factor mel frames each)")
+    axes.set_xlabel("mel frame")
     axes.set_ylabel("text position (token)")
     axes.set_title(title if len(title) < 80 else title[:77] + "...", fontsize=9)
-    figure.colorbar(image, ax=axes, label="attention weight")
+    figure.colorbar(image, ax=axes, label="alignment weight")
     figure.tight_layout()
     path = Path(path)
     figure.savefig(path)
@@ -92,11 +81,9 @@ def check_speech(synthesizer: Any, texts: Sequence[str], reference: Any,
     check = SpeechCheck(recognizer=use_recognizer)
     recordings = list(recordings) if recordings is not None else [None] * len(results)
     for index, (text, result, recording) in enumerate(zip(texts, results, recordings)):
-        alignment = np.asarray(result.alignment, dtype=np.float64)  # [steps, tokens]
+        alignment = np.asarray(result.alignment, dtype=np.float64)  # [frames, tokens]
         item = SentenceCheck(text=text, seconds=len(result.waveform) / sample_rate,
-                             focus_rate=float(focus_rate(alignment)),
-                             diagonality=float(attention_diagonality(alignment)),
-                             text_attention_share=float(alignment.sum(axis=1).mean()) if alignment.size else 0.0)
+                             frames_per_token=float(np.mean(result.durations)))
         if plot_dir is not None:
             item.plot = str(plot_alignment(Path(plot_dir) / f"alignment_{index:02d}.png", alignment, text))
         if use_recognizer:

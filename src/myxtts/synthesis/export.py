@@ -14,7 +14,7 @@ length, nothing traces when serving):
 ``token_ids`` are what ``myxtts`` encodes a text to (``<bos>`` + symbols + ``<eos>``); the symbol table
 (``assets/vocab.json``: the text front-end's kind, language and symbols) and the mel statistics
 (``assets/mel_stats.json``) travel with the model, with ``assets/export.json`` (run, checkpoint, shapes).
-Only the parallel decoder (the default) is exported.
+Both decoders export (the autoregressive one runs its steps in a ``tf.while_loop`` inside ``synthesize``).
 """
 
 from __future__ import annotations
@@ -49,9 +49,6 @@ class ExportedSynthesizer(tf.Module):
 
     def __init__(self, cfg: Config, model, mel_stats: MelStats):
         super().__init__(name="myxtts")
-        if getattr(model, "decoder_type", "autoregressive") != "parallel":
-            raise ExportError("Only the parallel decoder (model.decoder: parallel, the default) can be exported: the "
-                              "autoregressive one decodes frame by frame in a Python-driven loop of buckets.")
         # the Keras model is held where tf.Module does not track it (saving would trace its call); its variables are
         # tracked as plain tf.Variables, which is all the traced signatures capture
         self._held = _Untracked(model)

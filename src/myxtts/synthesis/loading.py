@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from myxtts.config import Config, load_config
 from myxtts.data.mel_stats import MEL_STATS_FILE, MelStats, MelStatsError
-from myxtts.model import XTTSModel, build_model
+from myxtts.model import TTSModel, build_model
 from myxtts.text import Vocabulary
 
 CONFIG_FILE = "config.yaml"
@@ -99,9 +99,14 @@ def _check_n_mels(stats: MelStats, cfg: Config | None, source: Path) -> None:
         raise RunError(f"{source}: mel statistics of {stats.n_mels} bins, but audio.n_mels is {cfg.audio.n_mels}.")
 
 
+# a checkpoint of the first autoregressive design (free cross-attention over the text, a stop token, no aligner)
+EARLIER_DESIGN = "earlier-design"
+
+
 def checkpoint_decoder_type(checkpoint: str | Path) -> str | None:
-    """"parallel" when the checkpoint's model has an aligner, "autoregressive" when it has none (None: unreadable).
-    Read from the checkpoint's object graph: the model's variables are saved under the optimizer's names."""
+    """The decoder a checkpoint's model holds: "parallel", "autoregressive" (an aligner, and a decoder with or
+    without a prenet) or ``EARLIER_DESIGN`` (a decoder and no aligner); None: unreadable. Read from the
+    checkpoint's object graph: the model's variables are saved under the optimizer's names."""
     from tensorflow.core.protobuf import trackable_object_graph_pb2
 
     try:
@@ -110,11 +115,28 @@ def checkpoint_decoder_type(checkpoint: str | Path) -> str | None:
         model = next(child.node_id for child in graph.nodes[0].children if child.local_name == "model")
     except (tf.errors.OpError, ValueError, StopIteration):
         return None
-    names = {child.local_name for child in graph.nodes[model].children}
-    return "parallel" if "aligner" in names else "autoregressive" if "decoder" in names else None
+    children = {child.local_name: child.node_id for child in graph.nodes[model].children}
+    if "decoder" not in children:
+        return None
+    if "aligner" not in children:
+        return EARLIER_DESIGN
+    decoder_parts = {child.local_name for child in graph.nodes[children["decoder"]].children}
+    return "autoregressive" if "prenet" in decoder_parts else "parallel"
 
 
-def restore_model(cfg: Config, vocabulary: Vocabulary, checkpoint: str | Path) -> XTTSModel:
+def decoder_mismatch(checkpoint: str, held: str | None, wanted: str) -> str | None:
+    """Why a checkpoint of decoder ``held`` cannot serve a config of decoder ``wanted`` (None: it can)."""
+    if held == EARLIER_DESIGN:
+        return (f"{checkpoint} holds a model of an earlier myxtts design (an autoregressive decoder attending "
+                "freely over the text, with a stop token), which this version no longer builds; train a new run "
+                "(both decoders now read the text through learned durations).")
+    if held is not None and held != wanted:
+        return (f"{checkpoint} holds a model of the {held} decoder, but the config says 'model.decoder: {wanted}'; "
+                f"use the run's own config.yaml (or set model.decoder: {held}).")
+    return None
+
+
+def restore_model(cfg: Config, vocabulary: Vocabulary, checkpoint: str | Path) -> TTSModel:
     """Build the model for ``cfg`` and load the weights of ``checkpoint`` (a prefix or a folder)."""
     checkpoint = str(checkpoint)
     if Path(checkpoint).is_dir():
@@ -125,11 +147,9 @@ def restore_model(cfg: Config, vocabulary: Vocabulary, checkpoint: str | Path) -
     if not Path(checkpoint + ".index").is_file():
         raise RunError(f"Checkpoint not found: {checkpoint} (expected {checkpoint}.index); pass a prefix like "
                        "RUN_DIR/checkpoints/ckpt-3 or the folder holding it.")
-    held = checkpoint_decoder_type(checkpoint)
-    if held is not None and held != cfg.model.decoder:
-        raise RunError(f"Checkpoint {checkpoint} holds a model of the {held} decoder, but the config says "
-                       f"'model.decoder: {cfg.model.decoder}'; use the run's own config.yaml (or set "
-                       f"model.decoder: {held}).")
+    problem = decoder_mismatch(f"Checkpoint {checkpoint}", checkpoint_decoder_type(checkpoint), cfg.model.decoder)
+    if problem:
+        raise RunError(problem)
     model = build_model(cfg, len(vocabulary))
     status = tf.train.Checkpoint(model=model).restore(checkpoint).expect_partial()
     try:
@@ -141,7 +161,7 @@ def restore_model(cfg: Config, vocabulary: Vocabulary, checkpoint: str | Path) -
 
 
 def load_model_from_checkpoint(checkpoint: str | Path, config: str | Path,
-                               vocabulary: str | Path | None = None) -> tuple[Config, XTTSModel, Vocabulary]:
+                               vocabulary: str | Path | None = None) -> tuple[Config, TTSModel, Vocabulary]:
     cfg = load_config(config)
     checkpoint_path = Path(checkpoint)
     folders = [checkpoint_path if checkpoint_path.is_dir() else checkpoint_path.parent]
@@ -151,7 +171,7 @@ def load_model_from_checkpoint(checkpoint: str | Path, config: str | Path,
 
 
 def load_model_from_run(run_dir: str | Path, config: str | Path | None = None
-                        ) -> tuple[Config, XTTSModel, Vocabulary]:
+                        ) -> tuple[Config, TTSModel, Vocabulary]:
     """(config, model with the newest checkpoint's weights, vocabulary) of a training run."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -164,7 +184,7 @@ def load_model_from_run(run_dir: str | Path, config: str | Path | None = None
     return cfg, restore_model(cfg, vocab, latest_checkpoint(run_dir)), vocab
 
 
-def save_run(run_dir: str | Path, cfg: Config, model: XTTSModel, vocabulary: Vocabulary,
+def save_run(run_dir: str | Path, cfg: Config, model: TTSModel, vocabulary: Vocabulary,
              mel_stats: MelStats | None = None) -> str:
     """Write a run directory in the trainer's layout (config, vocabulary, mel statistics, one checkpoint); returns
     its prefix. ``mel_stats``: default the config's prepared cache's (RunError without a cache).

@@ -21,9 +21,8 @@ from myxtts.audio import MelFrontend, load_audio
 from myxtts.config import Config
 from myxtts.data.language import run_text_processor
 from myxtts.data.mel_stats import MelStats
-from myxtts.model import XTTSModel
-from myxtts.synthesis.decoding import ENDED_BY_DURATIONS, ENDED_BY_MAXIMUM, ENDED_BY_NAMES, CompiledDecoder
-from myxtts.synthesis.parallel_decoding import CompiledParallelDecoder
+from myxtts.model import TTSModel
+from myxtts.synthesis.decoding import CompiledDecoder
 from myxtts.synthesis.lengths import LengthPolicy
 from myxtts.synthesis.loading import (find_mel_stats, load_model_from_checkpoint, load_model_from_run,
                                      load_run_mel_stats)
@@ -41,12 +40,9 @@ class SynthesisResult:
     text: str
     tokens: np.ndarray  # [tokens] int32 (bos + ids + eos)
     mel: np.ndarray  # [frames, n_mels] log mel after the postnet (true length), denormalised: a real log mel
-    alignment: np.ndarray  # [steps, tokens] cross-attention of the alignment layer over the text
-    stop_probabilities: np.ndarray  # [steps]
-    stopped_by_token: bool  # the stop token ended it (see ended_by)
-    ended_by: str  # decoding.ENDED_BY_NAMES: "stop token", "alignment", "maximum length" or "durations" (parallel)
-    min_frames: int
-    max_frames: int
+    alignment: np.ndarray  # [frames, tokens] 0/1: the frames each token got from the predicted durations
+    durations: np.ndarray  # [tokens] int32 frames per token (their sum may exceed frames: see ended_by)
+    ended_by: str  # "durations" (their sum), or "maximum length" (cut at data.max_mel_frames, truncate_long)
     waveform: np.ndarray | None = None  # [samples] float32
     decode_seconds: float = 0.0  # share of the batch's compiled decoding time
     vocoder_seconds: float = 0.0
@@ -65,24 +61,16 @@ class Synthesizer:
     how many graphs were traced so far. ``last_results`` keeps the mel / alignment of the last call.
     """
 
-    def __init__(self, cfg: Config, model: XTTSModel, vocabulary: Vocabulary, vocoder: Vocoder | None = None,
+    def __init__(self, cfg: Config, model: TTSModel, vocabulary: Vocabulary, vocoder: Vocoder | None = None,
                  length_policy: LengthPolicy | None = None, batch_size: int = 1,
-                 monotonic_attention: bool = False, alignment_stop: bool = True, prenet_dropout: bool = True,
                  mel_stats: MelStats | None = None, length_scale: float = 1.0,
                  truncate_long: bool = False) -> None:
-        """``truncate_long``: a parallel-decoder text predicted longer than ``data.max_mel_frames`` is decoded in
-        the largest bucket and cut there (``ended_by`` "maximum length") instead of a ``SynthesisLengthError``: for
-        listening to a briefly trained model, whose duration predictor can ask for thousands of frames.
-        ``length_scale``: the parallel decoder's predicted durations are multiplied by it (> 1: slower speech;
-        the CLI's ``--speed`` is its inverse); the autoregressive decoder has no durations and rejects another
-        value. ``mel_stats``: the normalisation the model was trained with (``from_run`` / ``from_checkpoint`` load the
-        run's); None only for a model trained on raw log mels (identity). ``monotonic_attention``: restrict the
-        aligning layer to a forward-moving window of the text while decoding (decoding.WINDOW_BEHIND /
-        WINDOW_AHEAD): a guard against skipping / repeating for briefly trained models; off by default (the
-        model's own alignment). ``alignment_stop``: also end an utterance when its alignment has reached the end
-        of the text (decoding.update_end_dwell); on by default.
-        ``prenet_dropout``: keep the decoder prenet's dropout on while decoding, as in training
-        (decoding.PRENET_SEED); on by default."""
+        """``truncate_long``: a text predicted longer than ``data.max_mel_frames`` is decoded in the largest bucket
+        and cut there (``ended_by`` "maximum length") instead of a ``SynthesisLengthError``: for listening to a
+        briefly trained model, whose duration predictor can ask for thousands of frames.
+        ``length_scale``: the predicted durations are multiplied by it (> 1: slower speech; the CLI's ``--speed``
+        is its inverse). ``mel_stats``: the normalisation the model was trained with (``from_run`` /
+        ``from_checkpoint`` load the run's); None only for a model trained on raw log mels (identity)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
         self.cfg, self.model, self.vocabulary = cfg, model, vocabulary
@@ -95,23 +83,12 @@ class Synthesizer:
         self.lengths = length_policy if length_policy is not None else LengthPolicy.from_config(cfg)
         self.batch_size = batch_size
         self.sample_rate = cfg.audio.sample_rate
-        self.parallel = getattr(model, "decoder_type", "autoregressive") == "parallel"
         self.length_scale = float(length_scale)
-        if self.parallel and (monotonic_attention or not alignment_stop or not prenet_dropout):
-            raise ValueError("monotonic_attention, alignment_stop and prenet_dropout (--monotonic-attention, "
-                             "--no-alignment-stop, --no-prenet-dropout) steer the autoregressive decoder; the parallel "
-                             "decoder follows its predicted durations and has no attention, stop or prenet to steer.")
-        if self.parallel:  # durations give the length: no stop token, no attention to guard
-            self.decoder = CompiledParallelDecoder(model, cfg.data.max_text_length, cfg.data.max_mel_frames,
-                                                   cfg.data.reference_frames, length_scale)
-            self.decoder.truncate = truncate_long
-        else:
-            if length_scale != 1.0:
-                raise ValueError("length_scale (--speed) needs the parallel decoder (model.decoder: parallel): the "
-                                 "autoregressive decoder has no durations to scale.")
-            buckets = {bucket: self.lengths.bucket_max_steps(bucket) for bucket in self.lengths.text_buckets()}
-            self.decoder = CompiledDecoder(model, cfg.data.reference_frames, buckets, monotonic=monotonic_attention,
-                                           alignment_stop=alignment_stop, prenet_dropout=prenet_dropout)
+        # both decoders take their length from the predicted durations: one duration function per text bucket,
+        # one decode function per mel bucket (the autoregressive one runs its steps inside it)
+        self.decoder = CompiledDecoder(model, cfg.data.max_text_length, cfg.data.max_mel_frames,
+                                               cfg.data.reference_frames, length_scale)
+        self.decoder.truncate = truncate_long
         self.last_results: list[SynthesisResult] = []
         self.checkpoint: str | None = None
 
@@ -167,17 +144,14 @@ class Synthesizer:
                       reference_lengths: Sequence[int], batch_size: int | None = None,
                       texts: Sequence[str] | None = None,
                       length_scales: Sequence[float] | None = None) -> list[SynthesisResult]:
-        """Free-running decoding of many token sequences (each with its own normalised reference mel, see
-        ``reference_mel``); no vocoder. The results' ``mel`` is denormalised (a real log mel).
+        """Decoding of many token sequences (each with its own normalised reference mel, see ``reference_mel``);
+        no vocoder. The results' ``mel`` is denormalised (a real log mel).
 
-        Items are sorted by length and grouped into batches of ``batch_size`` (the last one padded
-        with a 1-step dummy), so each batch uses the smallest text bucket that holds it. ``length_scales``: the
-        parallel decoder's duration multiplier per item (default: the synthesizer's ``length_scale`` for all).
+        Items are sorted by length and grouped into batches of ``batch_size`` (the last one padded by repeating
+        its first item), so each batch uses the smallest text bucket that holds it. ``length_scales``: the
+        duration multiplier per item (default: the synthesizer's ``length_scale`` for all).
         """
-        if length_scales is not None and not self.parallel:
-            raise ValueError("length_scales need the parallel decoder: the autoregressive one has no durations.")
         batch_size = batch_size or self.batch_size
-        reduction = self.lengths.reduction_factor
         order = sorted(range(len(token_lists)), key=lambda i: len(token_lists[i]))
         results: list[SynthesisResult | None] = [None] * len(token_lists)
         for start in range(0, len(order), batch_size):
@@ -187,19 +161,16 @@ class Synthesizer:
                                                   [reference_lengths[i] for i in chunk], batch_size,
                                                   [texts[i] for i in chunk] if texts is not None else None,
                                                   [length_scales[i] for i in chunk] if length_scales else None)
+            bucket_frames = outputs["mel"].shape[1]
             for slot, index in enumerate(chunk):
                 tokens = token_lists[index]
-                steps = int(outputs["step_lengths"][slot])
                 frames = int(outputs["mel_lengths"][slot])
+                durations = outputs["durations"][slot, :len(tokens)]
                 results[index] = SynthesisResult(
                     text=texts[index] if texts is not None else "", tokens=tokens,
                     mel=self.mel_stats.denormalize(outputs["mel"][slot, :frames]),  # the real log mel
-                    alignment=outputs["alignments"][slot, :steps, :len(tokens)],
-                    stop_probabilities=outputs["stop_probabilities"][slot, :steps],
-                    stopped_by_token=bool(outputs["stopped_by_token"][slot]),
-                    ended_by=ENDED_BY_NAMES[int(outputs["ended_by"][slot])],
-                    min_frames=frames if self.parallel else self.lengths.min_steps(len(tokens)) * reduction,
-                    max_frames=frames if self.parallel else self.lengths.max_steps(len(tokens)) * reduction,
+                    alignment=outputs["alignments"][slot, :frames, :len(tokens)], durations=durations,
+                    ended_by="maximum length" if durations.sum() > bucket_frames else "durations",
                     decode_seconds=seconds / len(chunk), text_bucket=int(outputs["text_bucket"]))
         return results  # type: ignore[return-value]
 
@@ -209,8 +180,6 @@ class Synthesizer:
         bucket = self.lengths.text_bucket(max(len(t) for t in token_lists))
         tokens = np.full([batch_size, bucket], PAD_ID, np.int32)
         token_lengths = np.zeros([batch_size], np.int32)
-        min_steps = np.ones([batch_size], np.int32)
-        max_steps = np.ones([batch_size], np.int32)  # padding slots: one step, then they are done
         references = np.zeros([batch_size, *reference_mels[0].shape], np.float32)
         ref_lengths = np.ones([batch_size], np.int32)
         for slot in range(batch_size):
@@ -220,56 +189,23 @@ class Synthesizer:
             token_lengths[slot] = len(ids)
             references[slot] = reference_mels[source]
             ref_lengths[slot] = reference_lengths[source]
-            if slot < count:
-                min_steps[slot] = self.lengths.min_steps(len(ids))
-                max_steps[slot] = self.lengths.max_steps(len(ids))
+        scales = None
+        if length_scales is not None:  # padding slots repeat the first item's, as their tokens do
+            scales = np.array([length_scales[slot if slot < count else 0] for slot in range(batch_size)], np.float32)
         started = time.perf_counter()
-        if self.parallel:
-            scales = None
-            if length_scales is not None:  # padding slots repeat the first item's, as their tokens do
-                scales = np.array([length_scales[slot if slot < count else 0] for slot in range(batch_size)],
-                                  np.float32)
-            outputs = self._decode_parallel(tokens, token_lengths, references, ref_lengths, texts, scales)
-        else:
-            outputs = self.decoder(tf.constant(tokens), tf.constant(token_lengths), tf.constant(references),
-                                   tf.constant(ref_lengths), tf.constant(min_steps), tf.constant(max_steps))
-            outputs = {key: value.numpy() for key, value in outputs.items()}
+        outputs = self.decoder(tokens, token_lengths, references, ref_lengths, texts, scales)
         outputs["text_bucket"] = bucket
         return outputs, time.perf_counter() - started
 
-    def _decode_parallel(self, tokens, token_lengths, references, ref_lengths, texts,
-                         length_scales=None) -> dict[str, np.ndarray]:
-        """The parallel decoder's outputs in the autoregressive decoder's keys (one "step" per frame)."""
-        outputs = self.decoder(tokens, token_lengths, references, ref_lengths, texts, length_scales)
-        batch, frames = outputs["mel"].shape[:2]
-        outputs.update(step_lengths=outputs["mel_lengths"], stop_probabilities=np.zeros([batch, frames], np.float32),
-                       stopped_by_token=np.zeros([batch], bool),
-                       ended_by=np.where(outputs["durations"].sum(axis=1) > frames, ENDED_BY_MAXIMUM,
-                                         ENDED_BY_DURATIONS).astype(np.int32))
-        return outputs
-
     def warm_up_all(self, batch_size: int | None = None) -> None:
-        """Trace and run once every compiled function synthesis can use (the parallel decoder: every text bucket's
-        duration function and every mel bucket's decode function), so no later call traces."""
-        batch_size = batch_size or self.batch_size
-        if self.parallel:
-            self.decoder.warm_up(batch_size, self.lengths.text_buckets())
-        else:
-            for bucket in self.lengths.text_buckets():
-                self.warm_up(bucket, batch_size)
+        """Trace and run once every compiled function synthesis can use (every text bucket's duration function
+        and every mel bucket's decode function), so no later call traces."""
+        self.decoder.warm_up(batch_size or self.batch_size, self.lengths.text_buckets())
 
     def warm_up(self, num_tokens: int, batch_size: int | None = None) -> None:
-        """Compile and run once (one step) the decoder of the bucket holding ``num_tokens``, so timings
-        that follow measure decoding, not tracing / graph optimisation."""
-        batch_size = batch_size or self.batch_size
-        bucket = self.lengths.text_bucket(num_tokens)
-        frames = self.cfg.data.reference_frames
-        ones = tf.ones([batch_size], tf.int32)
-        if self.parallel:
-            self.decoder.warm_up(batch_size, [bucket])
-            return
-        self.decoder(tf.ones([batch_size, bucket], tf.int32), ones,
-                     tf.zeros([batch_size, frames, self.cfg.audio.n_mels]), ones, ones, ones)
+        """Compile and run once the duration function of the bucket holding ``num_tokens`` and every decode
+        function, so timings that follow measure decoding, not tracing / graph optimisation."""
+        self.decoder.warm_up(batch_size or self.batch_size, [self.lengths.text_bucket(num_tokens)])
 
     def vocode(self, result: SynthesisResult) -> np.ndarray:
         started = time.perf_counter()
@@ -281,7 +217,7 @@ class Synthesizer:
     # ---- public API -----------------------------------------------------------------------------
     def synthesize_detailed(self, texts: Sequence[str], reference: "str | os.PathLike | np.ndarray",
                             batch_size: int | None = None) -> list[SynthesisResult]:
-        """Texts + one reference -> results with waveform, mel, alignment and stop probabilities."""
+        """Texts + one reference -> results with waveform, mel, alignment and durations."""
         texts = list(texts)
         if not texts:
             raise ValueError("No text to synthesize.")
@@ -298,7 +234,7 @@ class Synthesizer:
         """``text`` (a sentence, a paragraph, a chapter) as pieces that each fit one compiled call
         (``synthesis.text_split``) at ``length_scale`` (default: the synthesizer's); pieces with nothing to
         pronounce (a lone "...") are left out."""
-        scale = (self.length_scale if length_scale is None else length_scale) if self.parallel else 1.0
+        scale = self.length_scale if length_scale is None else length_scale
         budget = self.lengths.piece_token_budget(scale)
 
         def fits(piece: str) -> bool:

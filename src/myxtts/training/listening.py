@@ -106,14 +106,11 @@ class Listener:
         synthesizer, decoder = self.synthesizer, self.synthesizer.decoder
         batch = len(self.sentences)
         bucket = synthesizer.lengths.text_bucket(max(len(s.tokens) for s in self.sentences))
-        if synthesizer.parallel:  # one duration function; a decode function per mel bucket (lengths vary)
-            decoder.durations_function(batch, bucket)
-            for frames in decoder.buckets:
-                decoder.decode_function(batch, frames)
-            tables = {"durations": decoder.duration_functions, "decode": decoder.decode_functions}
-        else:
-            decoder.function(batch, bucket)
-            tables = {"decode": decoder.functions}
+        # one duration function; a decode function per mel bucket (lengths vary)
+        decoder.durations_function(batch, bucket)
+        for frames in decoder.buckets:
+            decoder.decode_function(batch, frames)
+        tables = {"durations": decoder.duration_functions, "decode": decoder.decode_functions}
         for kind, table in tables.items():
             for key, function in table.items():
                 table[key] = watch(function, f"listening_{kind}[batch {key[0]} x {key[1]}]")

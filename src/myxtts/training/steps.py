@@ -30,7 +30,7 @@ import keras
 import tensorflow as tf
 
 from myxtts.config import Config
-from myxtts.model import XTTSModel, add_normalizers, compute_losses, loss_normalizers
+from myxtts.model import TTSModel, add_normalizers, compute_losses, loss_normalizers
 from myxtts.model.losses import NORMALIZER_KEYS
 from myxtts.training import warmup
 from myxtts.training.distribute import replica_slice
@@ -53,10 +53,8 @@ def unstack_spec(spec: dict) -> dict:
     return {key: tf.TensorSpec(value.shape[1:], value.dtype) for key, value in spec.items()}
 
 
-LOSS_KEYS = {"autoregressive": ("total", "mel_l1_before", "mel_l1_after", "mel_l2", "stop", "guided_attention",
-                                 "real_frames"),
-             "parallel": ("total", "mel_l1_before", "mel_l1_after", "mel_l2", "forward_sum", "duration",
-                          "binarization", "real_frames")}
+LOSS_KEYS = ("total", "mel_l1_before", "mel_l1_after", "mel_l2", "forward_sum", "duration", "binarization",
+             "real_frames")
 
 
 def describe_key(key: ShapeKey) -> str:
@@ -71,7 +69,7 @@ class UnknownShapeError(ValueError):
 class TrainingSteps:
     """Builds, warms up and dispatches the per-shape compiled steps."""
 
-    def __init__(self, model: XTTSModel, optimizer: keras.optimizers.Optimizer, cfg: Config,
+    def __init__(self, model: TTSModel, optimizer: keras.optimizers.Optimizer, cfg: Config,
                  strategy: tf.distribute.Strategy):
         self.model, self.optimizer, self.cfg, self.strategy = model, optimizer, cfg, strategy
         t = cfg.training
@@ -80,7 +78,7 @@ class TrainingSteps:
         self.float16 = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         self.replicas = strategy.num_replicas_in_sync
         self.variables = model.trainable_variables
-        self.loss_keys = LOSS_KEYS[cfg.model.decoder]
+        self.loss_keys = LOSS_KEYS
         with strategy.scope():
             # optimizer slots now, so no compiled step creates variables (that would trace twice)
             optimizer.build(self.variables)
@@ -126,7 +124,7 @@ class TrainingSteps:
         return tf.random.experimental.stateless_fold_in(seed, tf.cast(replica, tf.int64))
 
     def _normalizers(self, batch: dict) -> dict[str, tf.Tensor]:
-        return loss_normalizers(batch, self.cfg.model.reduction_factor, int(batch["mel"].shape[-1]))
+        return loss_normalizers(batch, int(batch["mel"].shape[-1]))
 
     def _local_gradients(self, local: dict, normalizers: dict, seed: tf.Tensor) -> tuple[dict, list[tf.Tensor]]:
         """Forward + backward on this replica's rows: (losses, float32 gradients), before any all-reduce."""

@@ -142,13 +142,12 @@ class Trainer:
             raise WorkdirError(f"{directory} already holds checkpoints ({self.checkpoints.latest}); pass --resume to "
                                "continue that run or choose another --workdir.")
         if self.resume and self.checkpoints.latest:
-            from myxtts.synthesis.loading import checkpoint_decoder_type
+            from myxtts.synthesis.loading import checkpoint_decoder_type, decoder_mismatch
 
-            held = checkpoint_decoder_type(self.checkpoints.latest)
-            if held is not None and held != self.cfg.model.decoder:
-                raise WorkdirError(f"{directory} holds checkpoints of the {held} decoder, but this config says "
-                                   f"'model.decoder: {self.cfg.model.decoder}'; resume with the run's config or "
-                                   "choose another --workdir.")
+            problem = decoder_mismatch(f"{directory} (checkpoint {self.checkpoints.latest})",
+                                       checkpoint_decoder_type(self.checkpoints.latest), self.cfg.model.decoder)
+            if problem:
+                raise WorkdirError(f"{problem} Or choose another --workdir.")
         if self.resume:
             self.restored_from = self.checkpoints.restore_latest()
 
