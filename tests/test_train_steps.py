@@ -36,12 +36,12 @@ def _delta(before, model):
 
 
 def test_gradient_accumulation_over_unequal_buckets_equals_one_big_batch():
-    """Two micro-batches from different buckets (2 rows of 24 frames, then 2 rows of 4 frames in an 8-frame
+    """Two micro-batches from different buckets (2 rows of 24 frames, then 2 rows of 6-8 frames in an 8-frame
     bucket) give exactly the update of one 4-row batch: each divides its sums by the cycle's real counts.
-    (Per-micro-batch means / 2 weighted the 4-frame rows like the 24-frame ones: 1.49x off, cosine 0.07.)"""
+    (Per-micro-batch means / 2 weighted the short rows like the 24-frame ones: 1.49x off, cosine 0.07.)"""
     from train_helpers import batch_with_lengths, crop_batch
 
-    big = batch_with_lengths([10, 9, 6, 5], [24, 24, 4, 4], 10, 24, 16, vocab_size=VOCAB, seed=11)
+    big = batch_with_lengths([10, 9, 6, 5], [24, 24, 8, 6], 10, 24, 16, vocab_size=VOCAB, seed=11)
     long_rows, short_rows = crop_batch(big, slice(0, 2), 10, 24), crop_batch(big, slice(2, 4), 6, 8)
     _, model_a, steps_a = _setup(keras.optimizers.SGD(0.05), gradient_accumulation_steps=2)
     _, model_b, steps_b = _setup(keras.optimizers.SGD(0.05), reference_model=model_a)

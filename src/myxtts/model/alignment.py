@@ -33,9 +33,12 @@ class AlignmentEncoder(keras.layers.Layer):
     ``[B, T_mel, T_text]`` (log-probabilities over real text positions for each frame, prior included)."""
 
     def __init__(self, d_model: int, n_mels: int, **kwargs):
-        # autocast off: distances and log-softmax in float32 whatever the compute policy
-        super().__init__(autocast=False, **kwargs)
-        conv = keras.layers.Conv1D
+        # float32 whatever the compute policy (mixed precision): distances, log-softmax and MAS need its range
+        super().__init__(autocast=False, dtype="float32", **kwargs)
+
+        def conv(*args, **conv_kwargs):
+            return keras.layers.Conv1D(*args, dtype="float32", **conv_kwargs)
+
         self.text_convs = [conv(2 * d_model, 3, padding="same", activation="relu", name="text_conv_0"),
                            conv(ALIGNER_CHANNELS, 1, name="text_conv_1")]
         self.mel_convs = [conv(2 * ALIGNER_CHANNELS, 3, padding="same", activation="relu", name="mel_conv_0"),
