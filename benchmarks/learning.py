@@ -73,7 +73,7 @@ def make_config(args, corpus: Path, corpus_format: str, cache_dir: Path):
     """The run config (decoder, held-out count, the corpus) and a note when the schedule had to change."""
     from myxtts.config import load_config
 
-    decoder = [f"model.decoder={args.decoder}"] + (["model.reduction_factor=1"] if args.decoder == "parallel" else [])
+    decoder = [f"model.decoder={args.decoder}"]
     overrides = [f"data.corpus_path={corpus.resolve()}", f"data.corpus_format={corpus_format}",
                  f"data.cache_dir={cache_dir.resolve()}", f"data.validation_size={args.held_out}", *decoder,
                  f"training.max_steps={OUT_OF_REACH_STEPS}", *args.set]
@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--corpus", choices=CORPORA, default="bundled")
     parser.add_argument("--data", default=None, help="corpus folder (ljspeech) or espeak output folder")
     parser.add_argument("--decoder", choices=("parallel", "autoregressive"), default="parallel",
-                        help="model.decoder (parallel also sets model.reduction_factor=1)")
+                        help="model.decoder")
     parser.add_argument("--seeds", "--seed", nargs="+", type=int, default=[1], metavar="SEED",
                         help="training.seed and data.seed; one run per seed, one after the other")
     parser.add_argument("--evaluate-at", nargs="+", type=float, default=None, metavar="MINUTES",
@@ -150,7 +150,7 @@ def main() -> None:
                         help="data.validation_size: sentences never trained on, all evaluated (default: 30; "
                              "bundled corpus: 4 of its 32 clips)")
     parser.add_argument("--train-sentences", type=int, default=8, help="training sentences also evaluated (0: none)")
-    parser.add_argument("--length-scale", type=float, default=1.0, help="parallel decoder: duration multiplier")
+    parser.add_argument("--length-scale", type=float, default=1.0, help="duration multiplier at synthesis")
     parser.add_argument("--voice-texts", type=int, default=3, help="held-out texts per voice for speaker match")
     parser.add_argument("--espeak-sentences", type=int, default=1000, help="the issue asks >= 1,000")
     parser.add_argument("--voices", type=int, default=4)
@@ -159,7 +159,7 @@ def main() -> None:
     args.held_out = HELD_OUT_DEFAULT[args.corpus] if args.held_out is None else args.held_out
     minutes = evaluation_minutes(args)
 
-    from learning_eval import FOCUS_NOTES, SpeakerJudge, ceiling, evaluation_sets, plot
+    from learning_eval import FOCUS_NOTE, SpeakerJudge, ceiling, evaluation_sets, plot
 
     from myxtts.data.prepare import prepare
     from myxtts.evaluate import machine_description
@@ -194,7 +194,7 @@ def main() -> None:
     report = {"corpus": args.corpus, "decoder": args.decoder, "data": str(corpus), "evaluate_at_minutes": minutes,
               "seeds": args.seeds, "length_scale": args.length_scale, "machine": machine_description(),
               "tensorflow": tf.__version__, "env": {key: os.environ.get(key) for key in ENV_KEYS},
-              "config": cfg.to_dict(), "schedule_note": schedule_note, "focus_note": FOCUS_NOTES[args.decoder],
+              "config": cfg.to_dict(), "schedule_note": schedule_note, "focus_note": FOCUS_NOTE,
               "similarity_note": similarity_note,
               "held_out": {"count": len(held_out), "source": source, "ids": [e.id for e in held_out]},
               "train_sentences": [e.id for e in training],

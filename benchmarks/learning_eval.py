@@ -8,11 +8,10 @@ clips chosen by ``prepare``) and, for context, on a few training sentences:
   real clips of its speaker (leave-one-out, the definition ``listening.reference_similarity`` uses for the
   recordings and their Griffin-Lim resynthesis, so the three figures compare);
 - ``duration_error``: |synthesized frames - real frames| / real frames, per sentence, averaged;
-- ``focus_rate``: the autoregressive decoder's free-running alignment (mean over steps of the largest attention
-  weight); the parallel decoder's synthesis alignment is the hard one from its durations (always 1), so its
-  ``focus_rate`` is the aligner's soft alignment on the real held-out clips (teacher-forced model call,
-  ``outputs["alignments"]``); ``teacher_forced_focus_rate`` is that figure for both decoders;
-- ``mcd_dtw_db`` against the recording, and ``ended_by`` (stop token / alignment / maximum length / durations).
+- ``focus_rate``: the aligner's soft alignment on the real held-out clips (teacher-forced model call,
+  ``outputs["alignments"]``, mean over frames of the largest weight); the synthesis alignment is the hard one
+  from the predicted durations (always 1) for both decoders;
+- ``mcd_dtw_db`` against the recording, and ``ended_by`` (durations / maximum length).
 """
 
 from __future__ import annotations
@@ -23,10 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-FOCUS_NOTES = {"autoregressive": "focus_rate: free-running alignment of the aligning layer (myxtts.metrics.focus_rate)",
-               "parallel": "focus_rate: mean max of the aligner's soft alignment on the real held-out clips "
-                           "(teacher-forced model call, outputs['alignments']); the synthesis alignment is the hard "
-                           "one from predicted durations, so its focus would be 1 by construction"}
+FOCUS_NOTE = ("focus_rate: mean max of the aligner's soft alignment on the real held-out clips (teacher-forced model "
+              "call, outputs['alignments']); the synthesis alignment is the hard one from predicted durations, so its "
+              "focus would be 1 by construction")
 
 
 def evaluation_sets(cfg, train_count: int):
@@ -114,7 +112,7 @@ def teacher_forced_focus(synthesizer, entries, pool, batch_size: int) -> list[fl
     from myxtts.metrics import focus_rate
     from myxtts.text import PAD_ID
 
-    r, rate = synthesizer.lengths.reduction_factor, synthesizer.sample_rate
+    r, rate = synthesizer.cfg.model.reduction_factor, synthesizer.sample_rate
     tokens = synthesizer.encode([e.text for e in entries])
     mels = [synthesizer.mel_stats.normalize(synthesizer.frontend(load_audio(e.audio_path, rate)).numpy())
             for e in entries]
@@ -135,9 +133,9 @@ def teacher_forced_focus(synthesizer, entries, pool, batch_size: int) -> list[fl
         for slot, i in enumerate(rows):
             batch["tokens"][slot, : len(tokens[i])] = tokens[i]
             batch["mel"][slot, : mels[i].shape[0]] = mels[i]  # zero padding after normalising, as the pipeline
-        alignments = function({k: tf.constant(v) for k, v in batch.items()}).numpy()  # [B, steps, T_text]
+        alignments = function({k: tf.constant(v) for k, v in batch.items()}).numpy()  # [B, frames, T_text]
         for slot, i in enumerate(rows[: min(batch_size, len(entries) - start)]):
-            scores.append(focus_rate(alignments[slot, : math.ceil(mels[i].shape[0] / r), : len(tokens[i])]))
+            scores.append(focus_rate(alignments[slot, : mels[i].shape[0], : len(tokens[i])]))
     return scores
 
 
@@ -146,7 +144,7 @@ def measure(synthesizer, entries, pool, judge: SpeakerJudge | None, batch_size: 
     from myxtts.audio import load_audio
     from myxtts.evaluate import pick_reference
     from myxtts.listening import listen
-    from myxtts.metrics import attention_diagonality, focus_rate, mel_cepstral_distortion
+    from myxtts.metrics import mel_cepstral_distortion
 
     rate = synthesizer.sample_rate
     results = synthesize(synthesizer, entries, [pick_reference(e, pool) for e in entries], batch_size)
@@ -160,16 +158,9 @@ def measure(synthesizer, entries, pool, judge: SpeakerJudge | None, batch_size: 
                 "real_frames": real_frames, "synthesized_frames": result.frames,
                 "duration_error": abs(result.frames - real_frames) / real_frames,
                 "mcd_dtw_db": mel_cepstral_distortion(real, result.waveform, rate), "ended_by": result.ended_by,
-                "teacher_forced_focus_rate": tf_focus,
-                "speaker_similarity": judge.score(entry, result.waveform) if judge else None}
-        if synthesizer.parallel:
-            item["focus_rate"] = tf_focus
-        else:
-            item.update(focus_rate=focus_rate(result.alignment),
-                        attention_diagonality=attention_diagonality(result.alignment))
+                "focus_rate": tf_focus, "speaker_similarity": judge.score(entry, result.waveform) if judge else None}
         items.append(item)
-    keys = ("duration_error", "mcd_dtw_db", "focus_rate", "teacher_forced_focus_rate", "attention_diagonality",
-            "speaker_similarity")
+    keys = ("duration_error", "mcd_dtw_db", "focus_rate", "speaker_similarity")
     means = {}
     for key in keys:
         values = [item[key] for item in items if item.get(key) is not None]
@@ -210,8 +201,7 @@ def plot(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    focus_label = ("aligner focus, teacher-forced (held-out clips)" if report["decoder"] == "parallel"
-                   else "free-running alignment focus rate")
+    focus_label = "aligner focus, teacher-forced (held-out clips)"
     panels = [("cer", "character error rate (pocketsphinx)", "cer"),
               ("speaker_similarity", "speaker similarity (Resemblyzer cosine)", "similarity"),
               ("duration_error", "duration error |synth - real| / real frames", None),

@@ -1,12 +1,13 @@
-"""Benchmark: compiled tf.while_loop decoding with a KV cache vs an eager Python loop without a cache.
+"""Benchmark: the autoregressive decoder's compiled tf.while_loop with a KV cache vs an eager Python loop without one.
 
-Same weights (the tiny preset, freshly initialised: untrained, so its stop token is meaningless and
-every text is decoded for a fixed number of steps = tokens x the median frames-per-token of LJSpeech /
-reduction factor, identical on both paths), same texts, same reference clip.
+Same weights (the tiny preset with ``model.decoder: autoregressive``, freshly initialised, dropout 0 so both paths
+compute the same function; its duration predictor's bias set to the bundled clips' median frames per token, so
+every text gets a speech-like length), same texts, same reference clip, the same predicted durations.
 
-- compiled: ``Synthesizer.decoder`` (one graph per (batch, text bucket), warmed up before timing);
-- baseline: a Python loop calling the model's full decoder (teacher-forced ``model.decoder``) once per
-  step on the whole prefix, eager, no cache: step s re-runs all s previous positions.
+- compiled: ``Synthesizer.decoder`` (a duration function per text bucket, a decode function per mel bucket with
+  the step loop inside, all warmed up before timing);
+- baseline: a Python loop calling the teacher-forced decoder once per step on the whole prefix, eager, no cache:
+  step s re-runs all s previous positions.
 
 Prints JSON: machine, seconds, real-time factors (decode only; and compiled + Griffin-Lim), speed-up,
 compile counts. Run: ``.venv/bin/python benchmarks/synthesis.py [--texts 4] [--json out.json]``.
@@ -32,21 +33,24 @@ REPO = Path(__file__).resolve().parents[1]
 FRAMES_PER_TOKEN = 5.5  # median of the bundled LJSpeech clips (characters, hop 256)
 
 
-def eager_uncached_decode(model, tokens, token_lengths, reference_mel, reference_lengths, steps: int) -> np.ndarray:
-    """The naive loop: every step runs the full decoder over the whole prefix (no KV cache, eager)."""
+def eager_uncached_decode(model, tokens, token_lengths, reference_mel, reference_lengths, durations) -> np.ndarray:
+    """The naive loop: every step runs the teacher-forced decoder over the whole prefix (no KV cache, eager)."""
+    from myxtts.model.durations import alignment_from_durations, length_regulate
+
     r, n_mels = model.dims.reduction_factor, model.dims.n_mels
+    frames = int(np.sum(durations))
+    frames += (-frames) % r
     text = model.encode_text(tokens, token_lengths)
     latents = model.encode_reference(reference_mel, reference_lengths)
-    memory, memory_mask = model.build_memory(text, token_lengths, latents)
-    inputs = np.zeros([1, 1, r * n_mels], np.float32)  # [1, steps so far, r*n_mels]: step 0 sees zeros
-    frames = []
-    for _ in range(steps):
-        mel_before, stop_logits, _ = model.decoder(tf.constant(inputs), memory, memory_mask, training=False)
-        newest = mel_before.numpy()[:, -r:]  # [1, r, n_mels]: the last step's frames
-        frames.append(newest)
-        inputs = np.concatenate([inputs, newest.reshape(1, 1, r * n_mels)], axis=1)
-    mel = np.concatenate(frames, axis=1)  # [1, steps*r, n_mels]
-    return model.apply_postnet(tf.constant(mel), tf.constant([steps * r])).numpy()[0]
+    encodings = length_regulate(alignment_from_durations(tf.constant(durations[None]), frames), text)
+    generated = np.zeros([1, frames, n_mels], np.float32)
+    for step in range(frames // r):
+        end = (step + 1) * r  # the prefix up to this step; its last step reads the frames generated before it
+        mask = tf.ones([1, end], tf.bool)
+        mel_before = model.decoder(encodings[:, :end], mask, latents, tf.constant(generated[:, :end]),
+                                   training=False)
+        generated[:, end - r:end] = mel_before.numpy()[:, -r:]
+    return model.postnet(tf.constant(generated), tf.ones([1, frames], tf.bool)).numpy()[0]
 
 
 def main() -> None:
@@ -70,60 +74,55 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         cfg = config_from_dict({"data": {"corpus_path": str(corpus), "cache_dir": f"{root}/no-cache",
                                          "max_text_length": 192, "reference_frames": 96},
-                                "model": {"preset": "tiny"}}, base_dir=root)
+                                "model": {"preset": "tiny", "decoder": "autoregressive", "dropout": 0.0}},
+                               base_dir=root)
         vocabulary = Vocabulary.for_config(cfg.text)
         keras.utils.set_random_seed(0)
         frontend = MelFrontend(cfg.audio)  # no cache: the statistics of the bundled clips, as prepare computes them
         mel_stats = MelStats.from_mels(frontend(load_audio(path, cfg.audio.sample_rate)).numpy()
                                        for path in sorted((corpus / "wavs").glob("*.wav")))
-        save_run(Path(root) / "run", cfg, build_model(cfg, len(vocabulary)), vocabulary, mel_stats=mel_stats)
+        model = build_model(cfg, len(vocabulary))
+        model.duration_predictor.output_proj.bias.assign([np.log1p(FRAMES_PER_TOKEN)])
+        model.duration_predictor.output_proj.kernel.assign(tf.zeros_like(model.duration_predictor.output_proj.kernel))
+        save_run(Path(root) / "run", cfg, model, vocabulary, mel_stats=mel_stats)
         synthesizer = Synthesizer.from_run(Path(root) / "run")
     model, r, hop, rate = synthesizer.model, cfg.model.reduction_factor, cfg.audio.hop_length, cfg.audio.sample_rate
     reference_mel, reference_length = synthesizer.reference_mel(reference)
     token_lists = synthesizer.encode(texts)
-    step_counts = [min(int(len(t) * FRAMES_PER_TOKEN / r), synthesizer.lengths.bucket_max_steps(
-        synthesizer.lengths.text_bucket(len(t)))) for t in token_lists]
 
-    def inputs(tokens: np.ndarray, steps: int):
-        bucket = synthesizer.lengths.text_bucket(len(tokens))
-        padded = np.zeros([1, bucket], np.int32)
-        padded[0, : len(tokens)] = tokens
-        return (tf.constant(padded), tf.constant([len(tokens)], tf.int32), tf.constant(reference_mel[None]),
-                tf.constant([reference_length], tf.int32), tf.constant([steps], tf.int32),
-                tf.constant([steps], tf.int32))
-
-    # warm-up: one compile per text bucket used, outside the timing
+    # warm-up: every duration and decode function, outside the timing
     warm_started = time.perf_counter()
-    for tokens in token_lists:
-        synthesizer.warm_up(len(tokens), batch_size=1)
+    synthesizer.warm_up_all(batch_size=1)
     warmup_seconds = time.perf_counter() - warm_started
     traces_after_warmup = synthesizer.tracing_count()
 
-    compiled_seconds, vocoder_seconds, audio_seconds, compiled_mels = 0.0, 0.0, 0.0, []
-    for tokens, steps in zip(token_lists, step_counts):
+    compiled_seconds, vocoder_seconds, audio_seconds, results = 0.0, 0.0, 0.0, []
+    for tokens in token_lists:
         started = time.perf_counter()
-        outputs = synthesizer.decoder(*inputs(tokens, steps))
-        mel = outputs["mel"].numpy()[0, : int(outputs["mel_lengths"][0])]
+        result = synthesizer.decode_tokens([tokens], [reference_mel], [reference_length], batch_size=1)[0]
         compiled_seconds += time.perf_counter() - started
         started = time.perf_counter()
-        np.asarray(synthesizer.vocoder(mel))
+        np.asarray(synthesizer.vocoder(result.mel))
         vocoder_seconds += time.perf_counter() - started
-        audio_seconds += steps * r * hop / rate
-        compiled_mels.append(mel)
+        audio_seconds += result.frames * hop / rate
+        results.append(result)
 
     baseline_seconds, max_difference = 0.0, 0.0
-    for tokens, steps, mel in zip(token_lists, step_counts, compiled_mels):
-        padded_tokens, token_lengths, ref, ref_lengths, _, _ = inputs(tokens, steps)
+    for tokens, result in zip(token_lists, results):
         started = time.perf_counter()
-        baseline_mel = eager_uncached_decode(model, padded_tokens, token_lengths, ref, ref_lengths, steps)
+        baseline = eager_uncached_decode(model, tf.constant(tokens[None]), tf.constant([len(tokens)]),
+                                         tf.constant(reference_mel[None]), tf.constant([reference_length]),
+                                         result.durations)
         baseline_seconds += time.perf_counter() - started
-        max_difference = max(max_difference, float(np.max(np.abs(baseline_mel - mel))))
+        compiled_normalised = synthesizer.mel_stats.normalize(result.mel)
+        max_difference = max(max_difference, float(np.max(np.abs(baseline[: result.frames] - compiled_normalised))))
 
     report = {
         "benchmark": "synthesis decoding: compiled while_loop + KV cache vs eager per-step full decoder",
         "machine": machine_description(),
-        "model": "tiny preset, untrained (fresh initialisation); fixed steps per text (stop token ignored)",
-        "texts": len(texts), "tokens": [len(t) for t in token_lists], "decoder_steps": step_counts,
+        "model": f"tiny preset, autoregressive decoder, untrained, {FRAMES_PER_TOKEN} frames per token",
+        "texts": len(texts), "tokens": [len(t) for t in token_lists],
+        "decoder_steps": [result.frames // r for result in results],
         "audio_seconds": round(audio_seconds, 3),
         "compiled": {"decode_seconds": round(compiled_seconds, 3),
                      "rtf_decode": round(compiled_seconds / audio_seconds, 4),

@@ -72,22 +72,28 @@ def test_mas_equals_dynamic_programming_reference(seed):
         assert (durations[item, :tokens] >= 1).all()
 
 
-def test_forward_sum_loss_equals_reference_recursion():
-    token_lengths = np.array([9, 5, 3], np.int32)
-    mel_lengths = np.array([30, 12, 3], np.int32)
+@pytest.mark.parametrize("in_graph_recursion", [False, True])
+def test_forward_sum_loss_equals_reference_recursion(in_graph_recursion):
+    """Both ways (TF's CTC kernel; the recursion in plain ops that XLA compiles) equal the textbook recursion; an
+    item with fewer frames than tokens gives 0 instead of stopping the training step."""
+    token_lengths = np.array([9, 5, 3, 6], np.int32)
+    mel_lengths = np.array([30, 12, 3, 4], np.int32)
     log_p = random_log_alignment(7, token_lengths, mel_lengths, 9, 30)
-    loss = forward_sum_loss(log_p, token_lengths, mel_lengths).numpy()
-    for item, (tokens, frames) in enumerate(zip(token_lengths, mel_lengths)):
+    function = tf.function(forward_sum_loss, jit_compile=in_graph_recursion)
+    loss = function(log_p, token_lengths, mel_lengths, in_graph_recursion).numpy()
+    for item, (tokens, frames) in enumerate(zip(token_lengths[:3], mel_lengths[:3])):
         assert loss[item] == pytest.approx(forward_sum_reference(log_p[item, :frames, :tokens]), rel=1e-4)
+    assert loss[3] == 0.0
 
 
-def test_forward_sum_loss_has_gradients_and_ignores_padding():
+@pytest.mark.parametrize("in_graph_recursion", [False, True])
+def test_forward_sum_loss_has_gradients_and_ignores_padding(in_graph_recursion):
     token_lengths = np.array([6, 4], np.int32)
     mel_lengths = np.array([20, 11], np.int32)
     log_p = tf.constant(random_log_alignment(3, token_lengths, mel_lengths, 6, 20))
     with tf.GradientTape() as tape:
         tape.watch(log_p)
-        loss = tf.reduce_sum(forward_sum_loss(log_p, token_lengths, mel_lengths))
+        loss = tf.reduce_sum(forward_sum_loss(log_p, token_lengths, mel_lengths, in_graph_recursion))
     grad = tape.gradient(loss, log_p).numpy()
     assert np.isfinite(grad).all() and np.abs(grad[0, :20, :6]).sum() > 0
     assert np.abs(grad[1, 11:]).sum() == 0  # frames past the item's length take no gradient

@@ -50,9 +50,13 @@ def test_cli_trains_120_shuffled_steps_without_a_single_retrace(prepared_cache, 
     shapes = summary["batch_shapes"]
     assert shapes >= 2  # variable-length buckets really were exercised
     assert all(info["traces"] == 1 for info in summary["traces"].values())  # traced once each, at warm-up
-    # train + validate per shape, + the summary function, + the listening decoder (training.listen_sentences)
+    # train + validate per shape, + the summary function, + the listening synthesis (training.listen_sentences):
+    # its duration function and a decode function per mel bucket
+    from myxtts.synthesis.decoding import mel_buckets
+
     listening = [name for name in summary["traces"] if name.startswith("listening_")]
-    assert len(listening) == 1 and summary["warmup_traces"] == 2 * shapes + 2
+    assert len(listening) == 1 + len(mel_buckets(cfg.data.max_mel_frames))
+    assert summary["warmup_traces"] == 2 * shapes + 1 + len(listening)
     # warm-up calls go through the retrace monitor: retraces.jsonl holds exactly those first traces, all expected
     events = [json.loads(line) for line in (tmp_path / "run" / "retraces.jsonl").read_text().splitlines()]
     assert len(events) == 2 * shapes + 2 and all(event["cause"] == FIRST_TRACE for event in events)

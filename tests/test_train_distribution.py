@@ -61,8 +61,7 @@ for strategy in (tf.distribute.get_strategy(), mirrored):
     models.append((model, steps))
 # unequal lengths: replica 0 takes the two long rows, replica 1 the two short ones; each divides its sums by
 # the global batch's real counts, so the update is the single device's (per-replica means / 2 were not)
-# (the parallel decoder's aligner needs at least a frame per token)
-frames = [24, 22, 7, 8] if cfg.model.decoder == "parallel" else [24, 24, 4, 6]
+frames = [24, 22, 7, 8]  # the aligner needs at least a frame per token
 batch = batch_with_lengths([10, 9, 6, 4], frames, 10, 24, 16, vocab_size=40, seed=3)
 start = [v.numpy() for v in models[0][0].trainable_variables]
 outs = [steps.train(batch) for _, steps in models]

@@ -86,7 +86,8 @@ class TextConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     preset: Literal["tiny", "small", "base"] = "tiny"
-    # parallel: durations from a learned alignment, all frames at once; autoregressive: frame by frame
+    # both read the text through durations from a learned alignment; parallel: all frames at once;
+    # autoregressive: reduction_factor frames per step from the previous ones
     decoder: Literal["parallel", "autoregressive"] = "parallel"
     # None: take the preset's value
     d_model: int | None = None

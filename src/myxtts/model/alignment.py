@@ -89,13 +89,16 @@ def beta_binomial_log_prior(token_lengths, mel_lengths, text_len: int, frames: i
     return tf.where(valid, log_pmf, MASKED)
 
 
-def forward_sum_loss(log_alignment, token_lengths, mel_lengths) -> tf.Tensor:
+def forward_sum_loss(log_alignment, token_lengths, mel_lengths, in_graph_recursion: bool = False) -> tf.Tensor:
     """Per-item negative log-likelihood of all monotonic paths, divided by the item's token count ``[B]``.
 
     log_alignment ``[B, T_mel, T_text]``: log-probs over text per frame. A blank class of constant log-prob
     ``BLANK_LOG_PROB`` is prepended and the labels are the token positions 1..N in order, so CTC sums exactly
     the paths that visit every token once, in order (with blank frames allowed, which the model learns not to
     use). An infeasible item (fewer frames than tokens) gives 0, not Inf.
+
+    ``in_graph_recursion``: the CTC forward recursion as a ``tf.while_loop`` of plain ops instead of TF's C++ CTC
+    kernel, which XLA cannot compile (``training.enable_xla_compilation``); the same value.
     """
     batch_shape = tf.shape(log_alignment)
     text_len = static_or_dynamic_dim(log_alignment, 2)
@@ -104,13 +107,46 @@ def forward_sum_loss(log_alignment, token_lengths, mel_lengths) -> tf.Tensor:
     mask = tf.concat([tf.ones_like(blank, tf.bool), length_mask(token_lengths, text_len)[:, None, :]
                       & tf.ones_like(log_alignment, tf.bool)], axis=-1)
     logits = tf.nn.log_softmax(tf.where(mask, logits, MASKED), axis=-1)
-    labels = tf.range(1, text_len + 1, dtype=tf.int32)[None, :] * tf.cast(length_mask(token_lengths, text_len),
-                                                                           tf.int32)  # [B, T_text], 0 = padding
-    # sparse labels select TF's C++ CTC kernel (its dense-label path is a graph loop ~80x slower here)
-    nll = tf.nn.ctc_loss(labels=tf.sparse.from_dense(labels), logits=logits, label_length=None,
-                         logit_length=mel_lengths, logits_time_major=False, blank_index=0)  # [B]
-    nll = tf.where(tf.math.is_finite(nll) & (mel_lengths >= token_lengths), nll, 0.0)
+    feasible = mel_lengths >= token_lengths  # [B]
+    if in_graph_recursion:
+        nll = _ctc_forward_recursion(logits, token_lengths, mel_lengths)
+    else:
+        # an infeasible item keeps only its first label (the kernel raises on it, and on an empty one); its loss is
+        # zeroed below
+        real = length_mask(token_lengths, text_len) & (feasible[:, None] | (tf.range(text_len) == 0)[None, :])
+        labels = tf.range(1, text_len + 1, dtype=tf.int32)[None, :] * tf.cast(real, tf.int32)  # 0 = padding
+        # sparse labels select TF's C++ CTC kernel (its dense-label path is a graph loop ~80x slower here)
+        nll = tf.nn.ctc_loss(labels=tf.sparse.from_dense(labels), logits=logits, label_length=None,
+                             logit_length=mel_lengths, logits_time_major=False, blank_index=0)  # [B]
+    nll = tf.where(tf.math.is_finite(nll) & feasible, nll, 0.0)
     return nll / tf.maximum(tf.cast(token_lengths, tf.float32), 1.0)
+
+
+def _ctc_forward_recursion(logits, token_lengths, mel_lengths) -> tf.Tensor:
+    """CTC negative log-likelihood ``[B]`` of the labels 1..N over ``logits`` ``[B, T_mel, 1 + T_text]`` (log-probs,
+    class 0 the blank): alpha over the 2N + 1 states (blank, token 1, blank, ..., token N, blank), a
+    ``tf.while_loop`` over frames vectorised over batch and states; frames past an item's length leave it as it
+    was. Tokens are all distinct, so a token state may also come from two states back."""
+    frames, text_len = static_or_dynamic_dim(logits, 1), static_or_dynamic_dim(logits, 2) - 1
+    states = 2 * text_len + 1
+    label = tf.where(tf.range(states) % 2 == 0, 0, tf.range(states) // 2 + 1)  # [S] class of each state
+    emissions = tf.gather(tf.transpose(logits, [1, 0, 2]), label, axis=2)  # [T_mel, B, S]
+    impossible = tf.constant(-1e30, tf.float32)
+    skip_allowed = (tf.range(states) % 2 == 1) & (tf.range(states) > 1)  # [S]: token states after the first
+    first = tf.where(tf.range(states)[None, :] < 2, emissions[0], impossible)  # [B, S]
+
+    def step(t, alpha):
+        stay = alpha
+        advance = tf.pad(alpha[:, :-1], [[0, 0], [1, 0]], constant_values=-1e30)
+        skip = tf.where(skip_allowed[None, :], tf.pad(alpha[:, :-2], [[0, 0], [2, 0]], constant_values=-1e30),
+                        impossible)
+        new_alpha = tf.reduce_logsumexp(tf.stack([stay, advance, skip]), axis=0) + emissions[t]
+        return t + 1, tf.where((t < mel_lengths)[:, None], tf.maximum(new_alpha, impossible), alpha)
+
+    _, alpha = tf.while_loop(lambda t, _: t < frames, step, (tf.constant(1), first))
+    last = 2 * token_lengths  # [B]: the final blank state; the last token's state is just before it
+    final = tf.stack([tf.gather(alpha, last, batch_dims=1), tf.gather(alpha, tf.maximum(last - 1, 0), batch_dims=1)])
+    return -tf.reduce_logsumexp(final, axis=0)
 
 
 def monotonic_alignment_search(log_alignment, token_lengths, mel_lengths) -> tf.Tensor:

@@ -80,7 +80,9 @@ def compute_losses(batch: dict, outputs: dict, cfg: Config, normalizers: dict[st
     losses = _mel_losses(batch, outputs, count)
     token_lengths, mel_lengths = batch["token_lengths"], batch["mel_lengths"]
     log_alignment = tf.cast(outputs["log_alignment"], tf.float32)
-    losses["forward_sum"] = tf.reduce_sum(forward_sum_loss(log_alignment, token_lengths, mel_lengths)) \
+    # XLA has no kernel for TF's CTC op: the compiled step uses the same recursion in plain ops
+    xla = cfg.training.enable_xla_compilation
+    losses["forward_sum"] = tf.reduce_sum(forward_sum_loss(log_alignment, token_lengths, mel_lengths, xla)) \
         / count["utterances"]
     token_mask = tf.sequence_mask(token_lengths, static_or_dynamic_dim(batch["tokens"], 1))
     target = tf.math.log1p(tf.cast(outputs["durations"], tf.float32))  # [B, T_text]

@@ -27,7 +27,7 @@ PRESETS: dict[str, dict[str, int]] = {
 
 POSTNET_KERNEL = 5  # frames seen by each postnet convolution
 CONDITIONING_KERNEL = 3  # frames seen by each conditioning-encoder convolution
-PRENET_DROPOUT = 0.5  # Tacotron-style strong prenet dropout (training only): makes the AR decoder robust
+PRENET_DROPOUT = 0.5  # Tacotron-style strong prenet dropout, kept at synthesis (seeded)
 
 
 @dataclass(frozen=True)

@@ -96,9 +96,10 @@ class ExportedSynthesizer(tf.Module):
         log_durations = self.model.predict_log_durations(text, token_lengths)
         durations = durations_from_log(log_durations, token_lengths, 1.0 / speed)  # [1, tokens] int32
         frames = tf.reduce_sum(durations)
-        hard = alignment_from_durations(durations, frames)  # [1, frames, tokens]
+        r = self.model.dims.reduction_factor  # the autoregressive decoder works in whole steps of r frames
+        hard = alignment_from_durations(durations, (frames + r - 1) // r * r)  # [1, frames rounded up, tokens]
         _, mel = self.model.decode(text, hard, frames[None], tf.cast(embedding, self.model.compute_dtype))
-        log_mel = mel[0] * self.mel_std + self.mel_mean  # [frames, n_mels]: the real log mel
+        log_mel = mel[0, :frames] * self.mel_std + self.mel_mean  # [frames, n_mels]: the real log mel
         return {"waveform": self.vocoder._invert(log_mel[None])}  # [1, (frames - 1) * hop]
 
 
