@@ -143,7 +143,9 @@ def _ctc_forward_recursion(logits, token_lengths, mel_lengths) -> tf.Tensor:
         new_alpha = tf.reduce_logsumexp(tf.stack([stay, advance, skip]), axis=0) + emissions[t]
         return t + 1, tf.where((t < mel_lengths)[:, None], tf.maximum(new_alpha, impossible), alpha)
 
-    _, alpha = tf.while_loop(lambda t, _: t < frames, step, (tf.constant(1), first))
+    # a fixed iteration bound: XLA sizes the gradient's accumulators by it
+    _, alpha = tf.while_loop(lambda t, _: t < frames, step, (tf.constant(1), first),
+                             maximum_iterations=frames if isinstance(frames, int) else None)
     last = 2 * token_lengths  # [B]: the final blank state; the last token's state is just before it
     final = tf.stack([tf.gather(alpha, last, batch_dims=1), tf.gather(alpha, tf.maximum(last - 1, 0), batch_dims=1)])
     return -tf.reduce_logsumexp(final, axis=0)
