@@ -91,6 +91,30 @@ def test_decoder_specific_keys_are_checked(model, message):
         config_from_dict({"model": model})
 
 
+def test_a_checkpoint_of_the_earlier_design_is_a_clear_error(tmp_path):
+    """A model saved with a decoder and no aligner (the free-attention autoregressive design) is named as such, and
+    nothing is written."""
+    import keras
+    import yaml
+
+    from myxtts.synthesis import RunError, Synthesizer
+    from myxtts.synthesis.loading import EARLIER_DESIGN, checkpoint_decoder_type
+
+    earlier = tf.Module()
+    earlier.decoder = tf.Module()
+    earlier.decoder.cross_attention = tf.Variable(tf.zeros([4, 4]))
+    earlier.text_encoder = tf.Module()
+    earlier.text_encoder.embedding = tf.Variable(tf.zeros([8, 4]))
+    prefix = tf.train.Checkpoint(model=earlier, optimizer=keras.optimizers.Adam()).save(str(tmp_path / "ckpt"))
+    assert checkpoint_decoder_type(prefix) == EARLIER_DESIGN
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"model": {"preset": "tiny", "decoder": "autoregressive"}}))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(RunError, match="earlier myxtts design.*train a new run"):
+        Synthesizer.from_checkpoint(prefix, config)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
 def test_max_minutes_must_not_be_negative():
     with pytest.raises(ValueError, match="training.max_minutes"):
         config_from_dict({"training": {"max_minutes": -1}})
