@@ -16,7 +16,6 @@ clips chosen by ``prepare``) and, for context, on a few training sentences:
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from pathlib import Path
 

@@ -1,8 +1,9 @@
 """Voice cloning: a model trained on two espeak-ng voices speaks in the voice of its reference clip.
 
 Two clearly different voices (a low male and a high female espeak-ng voice) read the same short
-sentences. The tiny model (the default parallel decoder) trains on them for 100 steps (each clip's reference: another clip of the same voice, as the
-pipeline does), then synthesizes held-out texts free-running with a reference of each voice. Asserted:
+sentences. The tiny model (the default parallel decoder) trains on them for 100 steps (each clip's reference:
+another clip of the same voice, as the pipeline does), then synthesizes held-out texts with a reference of each
+voice. Asserted:
 - the reference reaches the output: swapping the reference voice moves the output mel by a sizeable
   fraction of the difference between the two real voices (the old shared-softmax latents moved it by
   0.003-0.006 against a prediction error of ~1);

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import tensorflow as tf
 
 from myxtts.audio import MelFrontend, load_audio
 from myxtts.config import Config
