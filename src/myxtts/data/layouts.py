@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from myxtts.data.corpus import NON_UTF8, CorpusEntry, CorpusReadResult, Rejection, accept_entry
+from myxtts.data.entries import NON_UTF8, CorpusEntry, CorpusReadResult, Rejection, accept_entry
 
 MISSING_TEXT = "missing_text"
 VCTK_AUDIO_DIRS = (("wav48_silence_trimmed", "_mic1.flac"), ("wav48", ".wav"))

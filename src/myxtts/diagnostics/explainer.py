@@ -1,39 +1,22 @@
 """Compare a call that traced with the closest earlier traced call and name the cause.
 
-`Snapshot` is one traced call (argument leaves + call context).  `explain()` diffs it against every
+`Snapshot` (trace_types) is one traced call (argument leaves + call context).  `explain()` diffs it against every
 earlier snapshot of the same function, picks the closest (fewest differences, latest on a tie), and
 returns the most specific difference as (cause, path, before, after, suggestion).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from myxtts.diagnostics import suggestions
-from myxtts.diagnostics.trace_types import Leaf
+from myxtts.diagnostics.trace_types import Difference, Leaf, Snapshot
 
 # Most specific first: the first difference in this order names the cause.
 _PRIORITY = {"structure": 0, "unhashable": 1, "variable": 2, "dtype": 3, "rank": 4, "shape": 5,
              "python_value": 6, "new_object": 7, "context": 8}
 _CONTAINERS = ("dict", "sequence")
-
-
-@dataclass
-class Snapshot:
-    leaves: dict[str, Leaf]
-    context: dict[str, Any]
-    positional: list[str] = field(default_factory=list)  # root names of the positional arguments
-    trace: int = 0
-
-
-@dataclass
-class Difference:
-    cause: str
-    path: str | None
-    before: Leaf | dict | None
-    after: Leaf | dict | None
-    note: str = ""
 
 
 @dataclass

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from myxtts.diagnostics.trace_types import Leaf
-
-if TYPE_CHECKING:  # import cycle: explainer imports this module
-    from myxtts.diagnostics.explainer import Difference, Snapshot
+from myxtts.diagnostics.trace_types import Difference, Leaf, Snapshot
 
 
 def unknown(closest_trace: int) -> str:

@@ -62,6 +62,27 @@ class Leaf:
         return out
 
 
+@dataclass
+class Snapshot:
+    """One traced call: its argument leaves and call context (``explainer.call_context``)."""
+
+    leaves: dict[str, Leaf]
+    context: dict[str, Any]
+    positional: list[str] = dataclasses.field(default_factory=list)  # root names of the positional arguments
+    trace: int = 0
+
+
+@dataclass
+class Difference:
+    """One way a call differs from an earlier traced one (``explainer.compare``)."""
+
+    cause: str
+    path: str | None
+    before: Leaf | dict | None
+    after: Leaf | dict | None
+    note: str = ""
+
+
 def _weak(value: Any) -> Any:
     try:
         return weakref.ref(value)

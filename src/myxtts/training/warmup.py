@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
 
-if TYPE_CHECKING:  # the steps import this module
-    from myxtts.training.steps import TrainingSteps
-
+# ``steps`` below is a ``training.steps.TrainingSteps``, which imports this module: it is not imported back
 
 def warmup_batch(spec: dict) -> dict[str, tf.Tensor]:
     """A valid batch (or block) of exactly this signature (zeros, every length full) for the warm-up run."""
@@ -59,7 +57,7 @@ def restore(variables: list, strategy: tf.distribute.Strategy, values: list) -> 
 
 
 # ---- warm-up ---------------------------------------------------------------------------------------
-def warm_up(steps: "TrainingSteps", execute: bool = True, runs: int = 1) -> dict[str, float]:
+def warm_up(steps: Any, execute: bool = True, runs: int = 1) -> dict[str, float]:
     """Trace every compiled function of ``steps`` and (``execute``) run it ``runs`` times; seconds per function.
 
     Under ``tf.config.run_functions_eagerly`` a call would not trace, only run eagerly, so there it only
@@ -88,7 +86,7 @@ def warm_up(steps: "TrainingSteps", execute: bool = True, runs: int = 1) -> dict
     return dict(steps.warmup_seconds)
 
 
-def _overlapped(steps: "TrainingSteps", jobs: list, runs: int, saved: list) -> None:
+def _overlapped(steps: Any, jobs: list, runs: int, saved: list) -> None:
     """Trace each function here while a runner thread makes the previous one's first calls.
 
     A function's warm-up is Python tracing (holds the GIL: ~5 s per train function of the tiny model on 2
