@@ -162,8 +162,9 @@ def main() -> None:
     from learning_eval import FOCUS_NOTE, SpeakerJudge, ceiling, evaluation_sets, plot
 
     from myxtts.data.prepare import prepare
-    from myxtts.evaluate import machine_description
-    from myxtts.listening import recognizer_available, speaker_encoder_available
+    from myxtts.evaluation.evaluate import machine_description
+    from myxtts.evaluation.listening import recognizer_available
+    from myxtts.evaluation.speaker_encoder import speaker_encoder_available
     from myxtts.synthesis import Synthesizer
     from myxtts.training import run
 
@@ -184,7 +185,7 @@ def main() -> None:
         print(f"note: only {len(held_out)} held-out clips ({source}), asked {args.held_out}", flush=True)
     similarity = speaker_encoder_available()
     similarity_note = ("Resemblyzer cosine of each output with the mean of the other held-out real clips of its "
-                       "speaker (leave-one-out, as listening.reference_similarity)" if similarity else
+                       "speaker (leave-one-out, as speaker_encoder.reference_similarity)" if similarity else
                        "skipped: Resemblyzer is not installed (pip install -e '.[judge]')")
     if not similarity:
         print(f"note: speaker similarity {similarity_note}", flush=True)

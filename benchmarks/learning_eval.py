@@ -5,7 +5,7 @@ clips chosen by ``prepare``) and, for context, on a few training sentences:
 
 - ``cer``: pocketsphinx's corpus character error rate of the free-running synthesis (Griffin-Lim vocoder);
 - ``speaker_similarity``: Resemblyzer cosine between each output and the mean embedding of the *other* held-out
-  real clips of its speaker (leave-one-out, the definition ``listening.reference_similarity`` uses for the
+  real clips of its speaker (leave-one-out, the definition ``speaker_encoder.reference_similarity`` uses for the
   recordings and their Griffin-Lim resynthesis, so the three figures compare);
 - ``duration_error``: |synthesized frames - real frames| / real frames, per sentence, averaged;
 - ``focus_rate``: the aligner's soft alignment on the real held-out clips (teacher-forced model call,
@@ -29,7 +29,7 @@ FOCUS_NOTE = ("focus_rate: mean max of the aligner's soft alignment on the real 
 def evaluation_sets(cfg, train_count: int):
     """(training sentences, held-out sentences, every entry, source): the held-out ones are the whole validation
     split of the run's cache; the training ones spread over speakers (round-robin)."""
-    from myxtts.evaluate import corpus_entries
+    from myxtts.evaluation.evaluate import corpus_entries
 
     held_out, pool, source = corpus_entries(cfg, None)
     held_ids = {entry.id for entry in held_out}
@@ -45,7 +45,7 @@ class SpeakerJudge:
 
     def __init__(self, held_out, rate: int):
         from myxtts.audio import load_audio
-        from myxtts.listening import voice_embedding
+        from myxtts.evaluation.speaker_encoder import voice_embedding
 
         self.rate = rate
         self.embeddings = {}  # speaker -> {id: embedding}
@@ -54,7 +54,7 @@ class SpeakerJudge:
             self.embeddings.setdefault(entry.speaker, {})[entry.id] = voice_embedding(wave, rate)
 
     def score(self, entry, wave: np.ndarray) -> float | None:
-        from myxtts.listening import voice_embedding
+        from myxtts.evaluation.speaker_encoder import voice_embedding
 
         others = [v for key, v in self.embeddings.get(entry.speaker, {}).items() if key != entry.id]
         if not others:
@@ -70,7 +70,8 @@ def ceiling(cfg, entries, similarity: bool) -> dict:
     """CER (and Resemblyzer similarity, leave-one-out per speaker) of the recordings and of their mel +
     Griffin-Lim resynthesis: what a perfect mel can reach through this vocoder."""
     from myxtts.audio import MelFrontend, load_audio
-    from myxtts.listening import listen, reference_similarity
+    from myxtts.evaluation.listening import listen
+    from myxtts.evaluation.speaker_encoder import reference_similarity
     from myxtts.vocoder import GriffinLim
 
     rate, frontend, vocoder = cfg.audio.sample_rate, MelFrontend(cfg.audio), GriffinLim(cfg.audio)
@@ -107,8 +108,8 @@ def teacher_forced_focus(synthesizer, entries, pool, batch_size: int) -> list[fl
     import tensorflow as tf
 
     from myxtts.audio import load_audio
-    from myxtts.evaluate import pick_reference
-    from myxtts.metrics import focus_rate
+    from myxtts.evaluation.evaluate import pick_reference
+    from myxtts.evaluation.metrics import focus_rate
     from myxtts.text import PAD_ID
 
     r, rate = synthesizer.cfg.model.reduction_factor, synthesizer.sample_rate
@@ -141,9 +142,9 @@ def teacher_forced_focus(synthesizer, entries, pool, batch_size: int) -> list[fl
 def measure(synthesizer, entries, pool, judge: SpeakerJudge | None, batch_size: int) -> dict:
     """One split's figures at one checkpoint: means, then per-sentence items."""
     from myxtts.audio import load_audio
-    from myxtts.evaluate import pick_reference
-    from myxtts.listening import listen
-    from myxtts.metrics import mel_cepstral_distortion
+    from myxtts.evaluation.evaluate import pick_reference
+    from myxtts.evaluation.listening import listen
+    from myxtts.evaluation.metrics import mel_cepstral_distortion
 
     rate = synthesizer.sample_rate
     results = synthesize(synthesizer, entries, [pick_reference(e, pool) for e in entries], batch_size)
@@ -172,7 +173,7 @@ def voice_match(synthesizer, held_out, pool, texts: int, batch_size: int) -> dic
     """Multi-speaker corpora: held-out texts spoken with a reference clip of every voice; is each output nearest
     its voice (pitch + cepstral embedding, ``listening.speaker_match``; absolute and per-text relative)?"""
     from myxtts.audio import load_audio
-    from myxtts.listening import speaker_match
+    from myxtts.evaluation.listening import speaker_match
 
     speakers = sorted({e.speaker for e in pool})
     held_ids = {e.id for e in held_out}

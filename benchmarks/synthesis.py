@@ -62,7 +62,7 @@ def main() -> None:
     from myxtts.audio import MelFrontend, load_audio
     from myxtts.config import config_from_dict
     from myxtts.data.mel_stats import MelStats
-    from myxtts.evaluate import machine_description
+    from myxtts.evaluation.evaluate import machine_description
     from myxtts.model import build_model
     from myxtts.synthesis import Synthesizer, save_run
     from myxtts.text import Vocabulary

@@ -52,7 +52,7 @@ def _batch(cfg, processor, entries):
 
 
 def _teacher_forced_mcd(model, batch, waves, vocoder, rate) -> float:
-    from myxtts.metrics import mel_cepstral_distortion
+    from myxtts.evaluation.metrics import mel_cepstral_distortion
 
     mel = model(batch, training=False)["mel_after"].numpy()
     lengths = batch["mel_lengths"].numpy()
@@ -61,7 +61,7 @@ def _teacher_forced_mcd(model, batch, waves, vocoder, rate) -> float:
 
 
 def _free_running_mcd(cfg, model, vocabulary, batch, waves, vocoder) -> tuple[float, list[bool]]:
-    from myxtts.metrics import mel_cepstral_distortion
+    from myxtts.evaluation.metrics import mel_cepstral_distortion
     from myxtts.synthesis import Synthesizer
 
     synthesizer = Synthesizer(cfg, model, vocabulary, vocoder=vocoder)

@@ -11,7 +11,7 @@ import pytest
 import soundfile
 
 from conftest import BUNDLED_CORPUS
-from myxtts.listening import (character_error_rate, corpus_character_error_rate, edit_distance, normalize_for_cer,
+from myxtts.evaluation.listening import (character_error_rate, corpus_character_error_rate, edit_distance, normalize_for_cer,
                               recognizer_available, speaker_embedding, speaker_match, transcribe)
 
 requires_recognizer = pytest.mark.skipif(not recognizer_available(),
@@ -64,7 +64,7 @@ def test_normalize_for_cer_keeps_only_spoken_characters() -> None:
 
 
 def test_missing_recognizer_names_the_extra(monkeypatch) -> None:
-    from myxtts import listening
+    from myxtts.evaluation import listening
 
     listening._decoder.cache_clear()
     monkeypatch.setitem(sys.modules, "pocketsphinx", None)  # import fails as if not installed

@@ -1,4 +1,4 @@
-"""myxtts.metrics: MCD-DTW on real clips, DTW, attention diagonality and focus rate."""
+"""myxtts.evaluation.metrics: MCD-DTW on real clips, DTW, attention diagonality and focus rate."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import bundled_wavs
-from myxtts.metrics import attention_diagonality, dtw_path, focus_rate, mel_cepstral_distortion
+from myxtts.evaluation.metrics import attention_diagonality, dtw_path, focus_rate, mel_cepstral_distortion
 
 SAMPLE_RATE = 22050
 

@@ -14,9 +14,9 @@ import soundfile
 import soxr
 
 from conftest import BUNDLED_CORPUS
-from myxtts import listening
-from myxtts.listening import (ReferenceSimilarity, SpeakerSimilarity, reference_similarity, speaker_encoder_available,
-                              speaker_similarity, voice_embedding)
+from myxtts.evaluation import speaker_encoder
+from myxtts.evaluation.speaker_encoder import (ReferenceSimilarity, SpeakerSimilarity, reference_similarity,
+                                               speaker_encoder_available, speaker_similarity, voice_embedding)
 
 RATE = 22050
 # measured per clip (references = the first 4 bundled clips): held-out real 0.91-0.94; played 1.25x
@@ -50,7 +50,7 @@ def held_out(encoder) -> list[np.ndarray]:
 
 # ---- without Resemblyzer --------------------------------------------------------------------------
 def test_missing_speaker_encoder_names_the_extra(monkeypatch) -> None:
-    listening._speaker_encoder.cache_clear()
+    speaker_encoder._speaker_encoder.cache_clear()
     monkeypatch.setitem(sys.modules, "resemblyzer", None)  # import fails as if not installed
     assert not speaker_encoder_available()
     tone = np.sin(np.linspace(0, 2000 * np.pi, RATE)).astype(np.float32)
@@ -58,7 +58,7 @@ def test_missing_speaker_encoder_names_the_extra(monkeypatch) -> None:
         speaker_similarity([tone], [tone], RATE)
     with pytest.raises(RuntimeError, match=r"Resemblyzer"):
         reference_similarity([tone, tone], RATE, griffin_lim=False)
-    listening._speaker_encoder.cache_clear()
+    speaker_encoder._speaker_encoder.cache_clear()
 
 
 def test_similarity_summary_reads_output_real_griffin_lim() -> None:
@@ -86,7 +86,7 @@ def test_embedding_is_unit_length_and_the_encoder_loads_once(encoder, references
     embedding = voice_embedding(references[0], RATE)
     assert embedding.shape == (256,) and embedding.dtype == np.float32
     assert np.linalg.norm(embedding) == pytest.approx(1.0, abs=1e-4) and embedding.min() >= 0.0
-    assert listening._speaker_encoder() is listening._speaker_encoder()
+    assert speaker_encoder._speaker_encoder() is speaker_encoder._speaker_encoder()
     # the rate is honoured: the same audio handed over at 16 kHz embeds (nearly) the same
     resampled = soxr.resample(references[0], RATE, 16000).astype(np.float32)
     assert float(np.dot(embedding, voice_embedding(resampled, 16000))) > 0.98

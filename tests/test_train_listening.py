@@ -24,7 +24,7 @@ def _events(folder) -> dict[int, dict[str, str]]:
 
 @pytest.mark.slow
 def test_listening_while_training_parallel_decoder(prepared_cache, tmp_path):
-    from myxtts.listening import recognizer_available
+    from myxtts.evaluation.listening import recognizer_available
     from myxtts.training import Trainer
 
     training = {"max_steps": 4, "warmup_steps": 1, "log_every": 2, "validate_every": 2, "checkpoint_every": 4,

@@ -130,8 +130,8 @@ def _sentences(cfg, split: str, count: int) -> list[tuple[str, Path]]:
 def _listen(cfg, synthesizer, text: str, sentences: list[tuple[str, Path]], reference: Path, run_dir: Path):
     """Alignment and recognizer checks on the demo sentence + training sentences (with their recordings)."""
     from myxtts.audio import load_audio
-    from myxtts.listening import recognizer_available
-    from myxtts.synthesis.check import check_speech
+    from myxtts.evaluation.listening import recognizer_available
+    from myxtts.evaluation.check import check_speech
 
     plot_dir = run_dir / "listening"
     plot_dir.mkdir(parents=True, exist_ok=True)
@@ -154,9 +154,9 @@ def _alignment_line(synthesizer, check) -> str:
 
 def _similarity_line(cfg, synthesizer, clips: list[Path]) -> str:
     """Resemblyzer's cosine of the outputs to real clips of the voice, beside real clips' own (leave-one-out)."""
-    from myxtts import listening
+    from myxtts.evaluation import speaker_encoder
 
-    if not listening.speaker_encoder_available():
+    if not speaker_encoder.speaker_encoder_available():
         return "speaker similarity:         not measured (install the `judge` extra: Resemblyzer)"
     if len(clips) < 2:
         return "speaker similarity:         not measured (needs 2 real clips of the voice: --listen-sentences >= 1)"
@@ -165,8 +165,8 @@ def _similarity_line(cfg, synthesizer, clips: list[Path]) -> str:
     rate = cfg.audio.sample_rate
     real = [load_audio(path, rate) for path in clips]
     outputs = [result.waveform for result in synthesizer.last_results]
-    output = listening.speaker_similarity(outputs, real, rate)
-    reference = listening.reference_similarity(real, rate, cfg.audio, griffin_lim=False)
+    output = speaker_encoder.speaker_similarity(outputs, real, rate)
+    reference = speaker_encoder.reference_similarity(real, rate, cfg.audio, griffin_lim=False)
     return f"speaker similarity:         {reference.summary(output)} (Resemblyzer)"
 
 

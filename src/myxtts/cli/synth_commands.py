@@ -106,7 +106,7 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
 @clean_errors(ValueError, OSError)
 def evaluate_command(run_dir, data_path, config_path, limit, json_path, plots_dir) -> None:
     """MCD-DTW, teacher-forced mel L1, duration error, aligner focus / diagonality, real-time factor."""
-    from myxtts.evaluate import evaluate_run
+    from myxtts.evaluation.evaluate import evaluate_run
     from myxtts.locks import lock_run_directory
 
     writes_into_run = [p for p in (json_path, plots_dir) if p and _inside(Path(p), Path(run_dir))]
@@ -124,7 +124,7 @@ def _inside(path: Path, directory: Path) -> bool:
 
 
 def _write_report(report: dict, json_path: str | None) -> None:
-    from myxtts.evaluate import format_report
+    from myxtts.evaluation.evaluate import format_report
 
     click.echo(format_report(report))
     if json_path:

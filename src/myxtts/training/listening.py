@@ -120,7 +120,7 @@ class Listener:
 
     def __call__(self, step: int, metrics: MetricsLog) -> dict[str, Any]:
         """Synthesise, vocode, transcribe and log the sentences; returns the metrics.jsonl record."""
-        from myxtts import listening
+        from myxtts.evaluation import listening
 
         started = time.perf_counter()
         sentences, synthesizer, rate = self.sentences, self.synthesizer, self.cfg.audio.sample_rate

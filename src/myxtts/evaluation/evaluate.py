@@ -10,7 +10,7 @@ Per clip (the run's validation split by default, or every clip of a corpus folde
   compares across runs and statistics);
 - ``duration_error``: mean |log(1 + predicted frames) - log(1 + aligner frames)| over the clip's tokens;
 - ``aligner_focus_rate`` / ``aligner_diagonality``: how peaked and how diagonal the aligner's soft alignment of
-  the real audio is (``myxtts.metrics``);
+  the real audio is (``myxtts.evaluation.metrics``);
 - ``real_time_factor``: (compiled decoding + vocoder seconds) / seconds of audio produced;
 - ``length_ratio``: synthesized / real frames; ``cut_at_maximum``: the predicted durations overran
   ``data.max_mel_frames``.
@@ -31,7 +31,7 @@ import tensorflow as tf
 from myxtts.audio import load_audio
 from myxtts.config import Config
 from myxtts.data.corpus import CorpusEntry, read_corpus
-from myxtts.metrics import attention_diagonality, focus_rate, mel_cepstral_distortion
+from myxtts.evaluation.metrics import attention_diagonality, focus_rate, mel_cepstral_distortion
 from myxtts.synthesis.synthesizer import Synthesizer
 from myxtts.text import PAD_ID
 
@@ -132,7 +132,7 @@ class TeacherForcing:
 def evaluate(synthesizer: Synthesizer, entries: list[CorpusEntry], pool: list[CorpusEntry],
              plots_dir: str | os.PathLike | None = None) -> list[dict[str, Any]]:
     """Metrics per clip (see the module docstring)."""
-    from myxtts.synthesis.plots import mel_comparison_image, write_png
+    from myxtts.evaluation.plots import plot_alignment, plot_mel_comparison
 
     rate = synthesizer.sample_rate
     teacher = TeacherForcing(synthesizer)
@@ -163,10 +163,12 @@ def evaluate(synthesizer: Synthesizer, entries: list[CorpusEntry], pool: list[Co
                 **{k: v for k, v in forced.items() if k != "mel_after"}}
         if plots_dir is not None:
             folder = Path(plots_dir)
-            item["plots"] = [str(write_png(folder / f"{entry.id}_mel.png", mel_comparison_image(real_mel, result.mel))),
-                             str(write_png(folder / f"{entry.id}_alignment.png", result.alignment.T, scale=3)),
-                             str(write_png(folder / f"{entry.id}_teacher_forced_mel.png",
-                                           mel_comparison_image(real_mel, forced["mel_after"])))]
+            item["plots"] = [
+                str(plot_mel_comparison(folder / f"{entry.id}_mel.png", real_mel, result.mel, entry.text)),
+                str(plot_alignment(folder / f"{entry.id}_alignment.png", result.alignment,
+                                   f"predicted durations: {entry.text}")),
+                str(plot_mel_comparison(folder / f"{entry.id}_teacher_forced_mel.png", real_mel, forced["mel_after"],
+                                        entry.text, "teacher-forced"))]
         items.append(item)
     return items
 

@@ -15,6 +15,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from myxtts.evaluation.plots import plot_alignment
+
 
 
 @dataclass
@@ -44,27 +46,6 @@ class SpeechCheck:
         return {**asdict(self), "frames_per_token": self.frames_per_token}
 
 
-def plot_alignment(path: str | Path, alignment: np.ndarray, title: str) -> Path:
-    """PNG of an alignment ``[mel frames, text tokens]`` (0/1 from the durations, or an aligner's soft one): text
-    position against mel frame."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(8, 4.5), dpi=100)
-    image = axes.imshow(alignment.T, origin="lower", aspect="auto", interpolation="nearest", cmap="viridis")
-    axes.set_xlabel("mel frame")
-    axes.set_ylabel("text position (token)")
-    axes.set_title(title if len(title) < 80 else title[:77] + "...", fontsize=9)
-    figure.colorbar(image, ax=axes, label="alignment weight")
-    figure.tight_layout()
-    path = Path(path)
-    figure.savefig(path)
-    plt.close(figure)
-    return path
-
-
 def check_speech(synthesizer: Any, texts: Sequence[str], reference: Any,
                  recordings: Sequence[np.ndarray | None] | None = None, plot_dir: str | Path | None = None,
                  listen: bool = True) -> SpeechCheck:
@@ -73,7 +54,7 @@ def check_speech(synthesizer: Any, texts: Sequence[str], reference: Any,
     ``recordings``: the real waveforms of the same texts at the synthesizer's sample rate (None entries for
     texts without one), for the recognizer's ceiling. ``listen``: use the recognizer when installed.
     """
-    from myxtts import listening
+    from myxtts.evaluation import listening
 
     sample_rate = synthesizer.cfg.audio.sample_rate
     results = synthesizer.synthesize_detailed(list(texts), reference)
