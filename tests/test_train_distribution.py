@@ -14,7 +14,7 @@ import pytest
 from test_train import trainer_config, write_config
 
 MIRRORED = r"""
-import sys
+import os, sys
 import myxtts  # first: records the environment before TensorFlow is imported
 import numpy as np, tensorflow as tf, keras
 cpu = tf.config.list_physical_devices("CPU")[0]
@@ -40,35 +40,37 @@ from train_helpers import batch_spec, batch_with_lengths
 from myxtts.config import load_config
 from myxtts.model import build_model
 from myxtts.training.steps import TrainingSteps
-cfg = load_config(sys.argv[1])
 mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 assert mirrored.num_replicas_in_sync == 2
-models = []
-for strategy in (tf.distribute.get_strategy(), mirrored):
-    with strategy.scope():
-        model = build_model(cfg, 40)
-        if models:
-            model.set_weights(models[0][0].get_weights())
-        steps = TrainingSteps(model, keras.optimizers.SGD(0.05), cfg, strategy)
-    steps.build([batch_spec(4, 10, 24, 16)], lambda f, name: f)
-    if strategy is mirrored:  # warm-up runs the mirrored step once and restores every replica's copy exactly
-        before = steps.snapshot_state()
-        assert sum(len(copies) for copies in before) > len(before)  # per-replica copies are really compared
-        steps.warm_up()
-        after = steps.snapshot_state()
-        assert all(np.array_equal(a, b) for x, y in zip(before, after) for a, b in zip(x, y))
-        assert all(f.experimental_get_tracing_count() == 1 for f in steps.train_functions.values())
-    models.append((model, steps))
-# unequal lengths: replica 0 takes the two long rows, replica 1 the two short ones; each divides its sums by
-# the global batch's real counts, so the update is the single device's (per-replica means / 2 were not)
-frames = [24, 22, 7, 8]  # the aligner needs at least a frame per token
-batch = batch_with_lengths([10, 9, 6, 4], frames, 10, 24, 16, vocab_size=40, seed=3)
-start = [v.numpy() for v in models[0][0].trainable_variables]
-outs = [steps.train(batch) for _, steps in models]
-deltas = [np.concatenate([(v.numpy() - s).ravel() for v, s in zip(m.trainable_variables, start)]) for m, _ in models]
-np.testing.assert_allclose(deltas[1], deltas[0], atol=1e-6 + 1e-4 * np.abs(deltas[0]).max())
-assert abs(float(outs[0]["total"]) - float(outs[1]["total"])) < 1e-4
-print("MIRRORED_OK")
+for config in sys.argv[1].split(os.pathsep):  # each decoder's config, one strategy (one process start)
+    cfg = load_config(config)
+    models = []
+    for strategy in (tf.distribute.get_strategy(), mirrored):
+        with strategy.scope():
+            model = build_model(cfg, 40)
+            if models:
+                model.set_weights(models[0][0].get_weights())
+            steps = TrainingSteps(model, keras.optimizers.SGD(0.05), cfg, strategy)
+        steps.build([batch_spec(4, 10, 24, 16)], lambda f, name: f)
+        if strategy is mirrored:  # warm-up runs the mirrored step once and restores every replica's copy exactly
+            before = steps.snapshot_state()
+            assert sum(len(copies) for copies in before) > len(before)  # per-replica copies are really compared
+            steps.warm_up()
+            after = steps.snapshot_state()
+            assert all(np.array_equal(a, b) for x, y in zip(before, after) for a, b in zip(x, y))
+            assert all(f.experimental_get_tracing_count() == 1 for f in steps.train_functions.values())
+        models.append((model, steps))
+    # unequal lengths: replica 0 takes the two long rows, replica 1 the two short ones; each divides its sums by
+    # the global batch's real counts, so the update is the single device's (per-replica means / 2 were not)
+    frames = [24, 22, 7, 8]  # the aligner needs at least a frame per token
+    batch = batch_with_lengths([10, 9, 6, 4], frames, 10, 24, 16, vocab_size=40, seed=3)
+    start = [v.numpy() for v in models[0][0].trainable_variables]
+    outs = [steps.train(batch) for _, steps in models]
+    deltas = [np.concatenate([(v.numpy() - s).ravel() for v, s in zip(m.trainable_variables, start)])
+              for m, _ in models]
+    np.testing.assert_allclose(deltas[1], deltas[0], atol=1e-6 + 1e-4 * np.abs(deltas[0]).max())
+    assert abs(float(outs[0]["total"]) - float(outs[1]["total"])) < 1e-4
+    print("MIRRORED_OK", cfg.model.decoder)
 """
 
 WORKER = r"""
@@ -94,20 +96,24 @@ def _config(prepared, tmp_path, buckets=False):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["update_equals_single_device", "parallel_update_equals_single_device",
-                                  "trainer_buckets", "trainer_mixed_xla_blocks"])
+@pytest.mark.parametrize("mode", ["update_equals_single_device", "trainer_buckets", "trainer_mixed_xla_blocks"])
 def test_mirrored_two_logical_devices(prepared_cache, tmp_path, mode):
     script = tmp_path / "mirrored.py"
     script.write_text(MIRRORED)
     tests_dir = os.path.dirname(__file__)
     config = _config(prepared_cache, tmp_path, buckets=mode == "trainer_buckets")  # mixed/XLA: one fixed shape
-    if mode.startswith("parallel"):
+    if mode == "update_equals_single_device":  # both decoders
         from test_parallel_model import parallel_config
-        config = write_config(parallel_config(prepared_cache, model={"dropout": 0.0}), tmp_path / "parallel.yaml")
+        parallel = write_config(parallel_config(prepared_cache, model={"dropout": 0.0}), tmp_path / "parallel.yaml")
+        config = os.pathsep.join([str(config), str(parallel)])
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    if mode == "trainer_mixed_xla_blocks":  # the same XLA clusters, without LLVM's optimisation of the CPU code
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
     result = subprocess.run([sys.executable, str(script), str(config), tests_dir,
-                             str(tmp_path / "run"), mode], capture_output=True, text=True, timeout=400,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                             str(tmp_path / "run"), mode], capture_output=True, text=True, timeout=400, env=env)
     assert "MIRRORED_OK" in result.stdout, (result.stdout + result.stderr)[-4000:]
+    if mode == "update_equals_single_device":
+        assert "MIRRORED_OK autoregressive" in result.stdout and "MIRRORED_OK parallel" in result.stdout
     if mode == "trainer_buckets":
         assert "MIRRORED_OK 2" in result.stdout  # both bucket shapes, each split over the 2 replicas
 
