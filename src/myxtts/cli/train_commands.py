@@ -15,7 +15,7 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from myxtts.training import NonFiniteLossError, WorkdirError
     from myxtts.training.checkpoint import CheckpointError
     from myxtts.training.distribute import DistributionError
-    from myxtts.training.monitor import RetraceError
+    from myxtts.diagnostics import RetraceError
     return (CacheError, DirectoryBusyError, NonFiniteLossError, WorkdirError, CheckpointError, DistributionError,
             RetraceError)
 

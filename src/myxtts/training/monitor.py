@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
-from myxtts.diagnostics import RetraceMonitor  # RetraceError: re-exported for the CLI
+from myxtts.diagnostics import RetraceMonitor
 
 
 class TraceAccounting:
