@@ -48,6 +48,7 @@ def cluster():
     dispatcher.stop()
 
 
+@pytest.mark.slow
 def test_pipeline_on_a_tf_data_service_validates_and_trains(prepared_cache, cluster) -> None:
     from myxtts.model import build_model
     from myxtts.training.steps import TrainingSteps

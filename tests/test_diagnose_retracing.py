@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import tensorflow as tf
 from click.testing import CliRunner
 
@@ -33,6 +34,7 @@ def invoke(*args: str):
     return result
 
 
+@pytest.mark.slow
 def test_clean_setup_passes_with_one_trace_per_shape(prepared_cache, tmp_path):
     config = write_config(prepared_cache, tmp_path / "config.yaml", data={"num_buckets": 2})
     report_path = tmp_path / "report.json"
@@ -83,6 +85,7 @@ def test_pipeline_off_its_signatures_names_key_expected_and_actual(prepared_cach
     assert report["steps_run"] == 0  # training is not started on a pipeline that breaks the dispatch
 
 
+@pytest.mark.slow
 def test_step_retracing_after_warmup_names_function_path_and_cause(prepared_cache, tmp_path, monkeypatch):
     from myxtts.training.steps import TrainingSteps, describe_key, shape_key
 

@@ -123,6 +123,7 @@ def test_parallel_loss_binarization_ramp():
     assert float(binarization_schedule(None, 100, 50)) == 1.0
 
 
+@pytest.mark.slow
 def test_parallel_synthesis_compiles_every_bucket_at_warm_up_and_never_again(prepared_cache, tmp_path, bundled_corpus):
     from myxtts.model import build_model
     from myxtts.synthesis import Synthesizer

@@ -125,6 +125,7 @@ def test_checkpoint_falls_back_when_newest_is_half_written(tmp_path):
     assert older.restore_latest().endswith("ckpt-1") and older_variable.numpy().tolist() == [1.0, 2.0]
 
 
+@pytest.mark.slow
 def test_trainer_with_steps_per_execution_runs_blocks_without_retracing(prepared_cache, tmp_path):
     """training.steps_per_execution = 2 on several buckets: one traced call per bucket runs 2 steps; logs,
     validation and checkpoints land on the first block boundary at or after their interval; 0 retraces."""

@@ -183,6 +183,7 @@ def test_warm_up_runs_every_function_and_restores_every_variable_exactly(precisi
     traces.close()
 
 
+@pytest.mark.slow
 def test_steps_per_execution_runs_k_updates_in_one_call_equal_to_k_single_steps():
     """training.steps_per_execution = 3: one compiled call on a block [3, batch, ...] of unequal-length batches
     applies 3 updates (Adam, dropout on: the per-step seeds and the schedule advance inside the graph loop)
