@@ -74,8 +74,3 @@ def prepared_cache(tmp_path_factory):
     prepare(cfg, progress=False)
     return cfg
 
-
-def pytest_collection_modifyitems(config, items):
-    """Slow tests first (stable otherwise): xdist's load scheduling hands them out first, to both workers, instead
-    of one worker finishing the run alone on the last long tests."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
