@@ -97,7 +97,7 @@ class AutoregressiveDecoder(keras.layers.Layer):
         causal = tf.linalg.band_part(tf.ones([steps, steps], tf.bool), -1, 0)[None, None]  # [1, 1, steps, steps]
         speaker = tf.cast(latents, x.dtype)
         for block in self.blocks:
-            x, _ = block(x, causal, speaker=speaker, training=training, seed=seed)
+            x = block(x, causal, speaker=speaker, training=training, seed=seed)
         mask = tf.cast(frame_mask[..., None], tf.float32)
         return self._frames(x) * mask
 
@@ -109,8 +109,8 @@ class AutoregressiveDecoder(keras.layers.Layer):
         steps = static_or_dynamic_dim(conditioning, 1)
         batch = static_or_dynamic_dim(conditioning, 0)
         speaker = tf.cast(latents, conditioning.dtype)
-        # per block: ((text keys, values): none, (speaker keys, values)), projected once
-        memory = [(None, block.speaker_attention.project_key_value(speaker)) for block in self.blocks]
+        # per block: the speaker attention's (keys, values), projected once
+        speaker_kv = [block.speaker_attention.project_key_value(speaker) for block in self.blocks]
         cache = tf.zeros([len(self.blocks), 2, batch, steps, d], conditioning.dtype)
         outputs = tf.TensorArray(tf.float32, size=steps)
 
@@ -122,9 +122,9 @@ class AutoregressiveDecoder(keras.layers.Layer):
             x = x + conditioning[:, step][:, None] + tf.cast(tf.gather(self.positions, step), x.dtype)  # [B, 1, d]
             layers = []
             for index, block in enumerate(self.blocks):
-                x, layer_cache, _ = block.step(x, step, cache[index], memory[index], None)
+                x, layer_cache = block.step(x, step, cache[index], speaker_kv[index])
                 layers.append(layer_cache)
-            produced = self._frames(x)[:, :, :]  # [B, r, n_mels]
+            produced = self._frames(x)  # [B, r, n_mels]
             return (step + 1, tf.cast(tf.reshape(produced, [-1, r * n_mels]), previous.dtype), tf.stack(layers),
                     outputs.write(step, produced))
 

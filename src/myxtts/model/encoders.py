@@ -47,7 +47,7 @@ class TextEncoder(keras.layers.Layer):
         x = stateless_dropout(x, self.dims.dropout, training, seed, self.site)
         key_mask = mask[:, None, None, :]  # [B, 1, 1, T_text]
         for block in self.blocks:
-            x, _ = block(x, key_mask, training=training, seed=seed)
+            x = block(x, key_mask, training=training, seed=seed)
         x = self.final_norm(x)
         return x * tf.cast(mask[..., None], x.dtype)  # padded positions are exact zeros
 

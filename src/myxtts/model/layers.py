@@ -148,22 +148,19 @@ class FeedForward(keras.layers.Layer):
 
 
 class TransformerBlock(keras.layers.Layer):
-    """Pre-norm block: self-attention (optionally causal), optional cross-attention, feed-forward."""
+    """Pre-norm block: self-attention (optionally causal), optional attention over the speaker latents,
+    feed-forward."""
 
     def __init__(self, d_model: int, num_heads: int, ff_dim: int, dropout: float, sites: SiteCounter,
-                 cross_attention: bool = False, speaker_attention: bool = False, **kwargs):
+                 speaker_attention: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.self_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="self_norm")
         self.self_attention = MultiHeadAttention(d_model, num_heads, dropout, sites, name="self_attention")
         self.has_speaker = speaker_attention
         if speaker_attention:
-            # its own softmax over the speaker latents: the voice can never take attention mass from the text
+            # its own softmax over the speaker latents, beside the self-attention's
             self.speaker_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="speaker_norm")
             self.speaker_attention = MultiHeadAttention(d_model, num_heads, dropout, sites, name="speaker_attention")
-        self.has_cross = cross_attention
-        if cross_attention:
-            self.cross_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="cross_norm")
-            self.cross_attention = MultiHeadAttention(d_model, num_heads, dropout, sites, name="cross_attention")
         self.ff_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="ff_norm")
         self.feed_forward = FeedForward(d_model, ff_dim, dropout, sites, name="feed_forward")
         self.rate, self.site = dropout, sites()
@@ -171,12 +168,9 @@ class TransformerBlock(keras.layers.Layer):
     def _residual(self, x, update, training, seed, offset):
         return x + stateless_dropout(update, self.rate, training, seed, self.site * 16 + offset)
 
-    def call(self, x, self_mask, memory=None, memory_mask=None, speaker=None, training=False, seed=None):
-        """x ``[B, T, d]``; self_mask ``[B or 1, 1, T or 1, T]``; memory ``[B, M, d]`` (text) with memory_mask
-        ``[B, 1, 1, M]``; speaker ``[B, K, d]`` (speaker latents, all real).
-
-        Returns (output ``[B, T, d]``, cross-attention weights over the text ``[B, heads, T, M]`` or None).
-        """
+    def call(self, x, self_mask, speaker=None, training=False, seed=None):
+        """x ``[B, T, d]``; self_mask ``[B or 1, 1, T or 1, T]``; speaker ``[B, K, d]`` (speaker latents, all real)
+        -> ``[B, T, d]``."""
         h = self.self_norm(x)
         update, _ = self.self_attention(h, h, self_mask, training=training, seed=seed)
         x = self._residual(x, update, training, seed, 1)
@@ -184,21 +178,14 @@ class TransformerBlock(keras.layers.Layer):
             update, _ = self.speaker_attention(self.speaker_norm(x), speaker, all_visible(), training=training,
                                                seed=seed)
             x = self._residual(x, update, training, seed, 4)
-        cross_weights = None
-        if self.has_cross:
-            update, cross_weights = self.cross_attention(self.cross_norm(x), memory, memory_mask,
-                                                         training=training, seed=seed)
-            x = self._residual(x, update, training, seed, 2)
-        x = self._residual(x, self.feed_forward(self.ff_norm(x), training=training, seed=seed), training, seed, 3)
-        return x, cross_weights
+        return self._residual(x, self.feed_forward(self.ff_norm(x), training=training, seed=seed), training, seed, 3)
 
-    def step(self, x, step_index, layer_cache, memory_kv, memory_mask):
+    def step(self, x, step_index, layer_cache, speaker_kv=None):
         """One causal decoding position (inference, no dropout).
 
         x ``[B, 1, d]``; step_index scalar int32; layer_cache ``[2, B, S, d]`` (keys, values of every earlier
-        position; S = max steps); memory_kv = ((keys, values) ``[B, M, d]`` of the text cross-attention,
-        (keys, values) ``[B, K, d]`` of the speaker attention), projected once per utterance.
-        Returns (output ``[B, 1, d]``, new layer_cache, cross weights ``[B, heads, 1, M]``).
+        position; S = max steps); speaker_kv: (keys, values) ``[B, K, d]`` of the speaker attention, projected once
+        per utterance. Returns (output ``[B, 1, d]``, new layer_cache).
         """
         h = self.self_norm(x)
         new_key, new_value = self.self_attention.project_key_value(h)  # [B, 1, d]
@@ -210,17 +197,11 @@ class TransformerBlock(keras.layers.Layer):
         visible = tf.reshape(tf.range(max_steps) <= step_index, [1, 1, 1, max_steps])
         update, _ = self.self_attention.attend(h, tf.cast(keys, h.dtype), tf.cast(values, h.dtype), visible)
         x = x + update
-        text_kv, speaker_kv = memory_kv
         if self.has_speaker:
             update, _ = self.speaker_attention.attend(self.speaker_norm(x), speaker_kv[0], speaker_kv[1], all_visible())
             x = x + update
-        cross_weights = None
-        if self.has_cross:
-            update, cross_weights = self.cross_attention.attend(self.cross_norm(x), text_kv[0], text_kv[1],
-                                                                memory_mask)
-            x = x + update
         x = x + self.feed_forward(self.ff_norm(x))
-        return x, tf.stack([keys, values]), cross_weights
+        return x, tf.stack([keys, values])
 
 
 def track_listed_layers(root: keras.layers.Layer) -> None:

@@ -51,14 +51,6 @@ class ModelDims:
     dropout: float
     max_positions: int
 
-    @property
-    def alignment_layer(self) -> int:
-        """Index of the decoder layer whose cross-attention is reported as the alignment.
-
-        The middle layer: deep enough to attend by content, shallow enough to stay monotonic.
-        """
-        return self.decoder_layers // 2
-
 
 def resolve_dims(model_cfg: ModelConfig, vocab_size: int, n_mels: int) -> ModelDims:
     """Apply the preset, then every explicit `model.*` key; raise ValueError on inconsistent sizes."""
