@@ -25,6 +25,9 @@ import yaml
 
 AUTOTUNE = -1  # value for num_workers / prefetch_buffer_size meaning "let tf.data decide"
 
+# the model's top-level modules (myxtts.model.tts.TTSModel; a test keeps the two in step): what training.freeze names
+MODEL_MODULES = ("text_encoder", "conditioning_encoder", "aligner", "duration_predictor", "decoder", "postnet")
+
 
 @dataclass(frozen=True)
 class DataConfig:
@@ -144,6 +147,11 @@ class TrainingConfig:
     distribution: Literal["none", "mirrored", "multi_worker"] = "none"
     seed: int = 1234
     deterministic: bool = False  # tf.config.experimental.enable_op_determinism
+    # warm start: model weights of another run (its directory, or a checkpoint prefix / folder; relative to the
+    # config file); a fresh optimizer, step 0 and this config's schedule. Ignored by --resume of a saved run
+    init_from: str = ""
+    # model modules kept fixed (excluded from the optimizer): any of MODEL_MODULES
+    freeze: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -171,7 +179,15 @@ class Config:
         return self.resolve(self.data.cache_dir)
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: dataclasses.asdict(getattr(self, f.name)) for f in _sections()}
+        """Plain YAML-ready values (tuples as lists)."""
+        return {f.name: {key: list(value) if isinstance(value, tuple) else value
+                         for key, value in dataclasses.asdict(getattr(self, f.name)).items()}
+                for f in _sections()}
+
+    @property
+    def init_from(self) -> Path | None:
+        """training.init_from resolved against the config file's folder (None: start from random weights)."""
+        return self.resolve(self.training.init_from) if self.training.init_from else None
 
     def feature_hash(self) -> str:
         """Hash of every parameter the cached features depend on (audio, text, corpus, filters)."""
@@ -232,6 +248,11 @@ def _check_value(path: str, value: Any, annotation: Any) -> Any:
         if value not in choices:
             raise ValueError(f"Config key '{path}': {value!r} is not one of {list(choices)}.")
         return value
+    if origin is tuple:  # tuple[str, ...]: a YAML list
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"Config key '{path}': expected a list, got {value!r}.")
+        item = typing.get_args(annotation)[0]
+        return tuple(_check_value(f"{path}[{index}]", element, item) for index, element in enumerate(value))
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         if value is None:
@@ -362,6 +383,14 @@ def validate(cfg: Config) -> Config:
     if not 0 <= t.listen_sentences <= 4:
         raise ValueError(f"Config key 'training.listen_sentences' must be in [0, 4] (validation sentences "
                          f"synthesised at each validation; 0 disables), got {t.listen_sentences}.")
+    unknown = [name for name in t.freeze if name not in MODEL_MODULES]
+    if unknown:
+        raise ValueError(f"Config key 'training.freeze': {unknown[0]!r} is not a module of the model; modules: "
+                         f"{', '.join(MODEL_MODULES)}.")
+    if len(set(t.freeze)) != len(t.freeze):
+        raise ValueError(f"Config key 'training.freeze' names a module twice: {list(t.freeze)}.")
+    if set(t.freeze) == set(MODEL_MODULES):
+        raise ValueError("Config key 'training.freeze' names every module of the model: nothing would train.")
     if t.enable_eager_debug and t.enable_xla_compilation:
         raise ValueError("Config keys 'training.enable_eager_debug' and 'training.enable_xla_compilation' "
                          "cannot both be true: eager functions are not compiled.")
@@ -466,4 +495,6 @@ def save_config(cfg: Config, path: str | os.PathLike) -> None:
     data = cfg.to_dict()
     data["data"]["corpus_path"] = str(cfg.corpus_path)
     data["data"]["cache_dir"] = str(cfg.cache_dir)
+    if cfg.init_from is not None:
+        data["training"]["init_from"] = str(cfg.init_from)
     Path(path).write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")

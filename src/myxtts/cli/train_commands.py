@@ -15,9 +15,10 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from myxtts.training import NonFiniteLossError, WorkdirError
     from myxtts.training.checkpoint import CheckpointError
     from myxtts.training.distribute import DistributionError
+    from myxtts.training.warm_start import WarmStartError
     from myxtts.diagnostics import RetraceError
     return (CacheError, DirectoryBusyError, NonFiniteLossError, WorkdirError, CheckpointError, DistributionError,
-            RetraceError)
+            RetraceError, WarmStartError)
 
 
 @click.command("train")
@@ -25,11 +26,16 @@ def _known_errors() -> tuple[type[BaseException], ...]:
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Run directory (checkpoints, metrics.jsonl, tensorboard/). Default: runs/<config name>.")
 @click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in the workdir.")
+@click.option("--init-from", "init_from", type=click.Path(exists=True), default=None,
+              help="Warm start: the model weights of another run (its directory, e.g. pretrained/base-espeak-tiny, "
+                   "or a checkpoint prefix); fresh optimizer and schedule. Sets training.init_from.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (for logs).")
 @override_option()
-def train_command(config_path: str, workdir: str | None, resume: bool, no_progress: bool,
+def train_command(config_path: str, workdir: str | None, resume: bool, init_from: str | None, no_progress: bool,
                   overrides: tuple[str, ...]) -> None:
     """Train the model: compiled per-shape steps, all traced at warm-up; prints a training summary."""
+    if init_from is not None:  # absolute: the config resolves relative paths against its own folder
+        overrides = (*overrides, f"training.init_from={Path(init_from).resolve()}")
     cfg = load(config_path, overrides)
     workdir = workdir or str(Path("runs") / Path(config_path).stem)
 

@@ -11,6 +11,8 @@ Run directory (what ``myxtts.synthesis`` relies on)::
     WORKDIR/mel_stats.json  the cache's per-bin mel mean / std: the model's mels are normalised with them
     WORKDIR/checkpoints/ model, optimizer, counters, data iterator
     WORKDIR/metrics.jsonl, WORKDIR/tensorboard/{train,validation,listening}/, WORKDIR/retraces.jsonl
+    WORKDIR/corpus.json  languages, speakers, utterances per split of the training corpus
+    WORKDIR/init_from.json  a warm start's source checkpoint, its step, the symbols it lacked, the frozen modules
     WORKDIR/run.lock     held by the process training into it (its pid, host, start): one writer at a time
 """
 
@@ -37,6 +39,7 @@ from myxtts.training.listening import Listener
 from myxtts.training.monitor import MetricsLog, StepTimer, TraceAccounting, format_summary
 from myxtts.training.schedule import make_optimizer
 from myxtts.training.steps import TrainingSteps, shape_key
+from myxtts.training.warm_start import freeze_modules, warm_start
 
 logger = logging.getLogger(__name__)
 
@@ -111,9 +114,11 @@ class Trainer:
         vocab_path = self.cfg.cache_dir / VOCAB_FILE
         self.vocabulary = Vocabulary.load(vocab_path)
         self.mel_stats = self.train_pipeline.mel_stats  # batches are normalised; synthesis denormalises with these
+        self.languages = self.train_pipeline.source.manifest["languages"]
         if self.chief:
             shutil.copyfile(vocab_path, self.workdir / "vocab.json")
             self.mel_stats.save(self.workdir / MEL_STATS_FILE)
+            write_corpus_summary(self.workdir, self.train_pipeline.source.manifest)
         # the iterator is checkpointed with the model (its position and shuffle state)
         self.iterator = iter(self.train_pipeline.dataset(repeat=True))
 
@@ -122,6 +127,8 @@ class Trainer:
 
         with self.strategy.scope():
             self.model = build_model(self.cfg, len(self.vocabulary.symbols))
+            # before the optimizer is built: it only ever sees the trainable variables
+            self.frozen = freeze_modules(self.model, self.cfg.training.freeze)
             self.optimizer = make_optimizer(self.cfg)
             self.steps = TrainingSteps(self.model, self.optimizer, self.cfg, self.strategy)
         self.parameters = count_parameters(self.model)
@@ -150,6 +157,10 @@ class Trainer:
                 raise WorkdirError(f"{problem} Or choose another --workdir.")
         if self.resume:
             self.restored_from = self.checkpoints.restore_latest()
+        self.init_from = None
+        if self.cfg.init_from is not None and self.restored_from is None:  # a resumed run has its own weights
+            self.init_from = warm_start(self.cfg, self.model, self.vocabulary, self.languages, self.workdir,
+                                        self.echo, record=self.chief)
 
     def stage_compile(self) -> None:
         t = self.cfg.training
@@ -343,8 +354,22 @@ class Trainer:
             "input_wait_share_raw": timer.raw_input_wait_share(elapsed), "input_wait_note": timer.correction_note,
             "seconds": elapsed,
             "resumed_from": self.restored_from, "run_dir": str(self.workdir),
+            "init_from": self.init_from["checkpoint"] if self.init_from else None, "frozen_variables": len(self.frozen),
             "checkpoint": self.checkpoints.latest,
         }
+
+
+def write_corpus_summary(workdir: Path, manifest: dict) -> None:
+    """``RUN_DIR/corpus.json``: what the run trains on (languages, speakers, utterances per split), read by a warm
+    start from this run and by model cards."""
+    import json
+
+    summary = {"languages": list(manifest["languages"]), "speakers": len(manifest["speakers"]),
+               "utterances": {split: len(ids) for split, ids in manifest["splits"].items()}}
+    for key in ("hours", "train_hours"):
+        if key in manifest:
+            summary[key] = manifest[key]
+    (workdir / "corpus.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False), encoding="utf-8")
 
 
 def check_block_alignment(start_step: int, max_steps: int, steps_per_execution: int) -> None:

@@ -1,0 +1,229 @@
+"""Warm start (``training.init_from`` / ``myxtts train --init-from``) and frozen modules (``training.freeze``).
+
+A warm start copies the model weights of another run into the freshly built model, variable by variable, before
+anything is traced; the optimizer, the step counter and the schedule start from scratch. The source is only
+read. What must agree, each checked with an error naming both sides:
+
+- the decoder type (``model.decoder``) and every size of the model (``model.*`` keys through the preset);
+- the audio front-end (``audio.*``: the mels must mean the same thing);
+- the text: the vocabulary's kind (phonemes or characters), its language, and its symbols. Symbols the source
+  lacks get fresh embedding rows (logged, and recorded); symbols the source has and this run lacks are an error.
+
+Each run normalises mels with its own corpus' statistics (``mel_stats.json``): the model reads and writes
+standardised mels, so a base trained on one corpus starts from standardised mels of the next one.
+
+The run records its origin in ``RUN_DIR/init_from.json``; a resumed run restores its own checkpoint and never reads
+the source again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from myxtts.config import Config, load_config
+
+logger = logging.getLogger(__name__)
+
+INIT_FROM_FILE = "init_from.json"
+# model sizes that need not agree: dropout has no variable, the positions table is a constant
+_FREE_DIMS = ("vocab_size", "dropout", "max_positions")
+
+
+class WarmStartError(ValueError):
+    """A source run or checkpoint the model cannot start from."""
+
+
+@dataclasses.dataclass
+class Source:
+    """What ``training.init_from`` points at: a checkpoint prefix and the config and folders beside it."""
+
+    given: Path
+    checkpoint: str
+    config_path: Path
+    folders: list[Path]  # where its vocab.json / mel_stats.json / corpus.json may be (first wins)
+
+
+def find_source(path: Path) -> Source:
+    """A run directory (``config.yaml`` + ``checkpoints/``), a checkpoint folder or a checkpoint prefix."""
+    from myxtts.synthesis.loading import CONFIG_FILE, RunError, latest_checkpoint
+
+    path = Path(path)
+    if Path(str(path) + ".index").is_file():  # a prefix: RUN/checkpoints/ckpt-N
+        checkpoint, folders = str(path), [path.parent, path.parent.parent]
+    elif path.is_dir():
+        try:
+            checkpoint = latest_checkpoint(path)
+        except RunError as err:
+            raise WarmStartError(f"training.init_from: {err}") from None
+        folders = [path, path.parent] if path.name == "checkpoints" else [path]
+    else:
+        raise WarmStartError(f"training.init_from: {path} is neither a run directory nor a checkpoint prefix "
+                             f"(no {path.name}.index beside it). Pass a run directory (e.g. "
+                             "pretrained/base-espeak-tiny) or RUN_DIR/checkpoints/ckpt-N.")
+    config_path = next((folder / CONFIG_FILE for folder in folders if (folder / CONFIG_FILE).is_file()), None)
+    if config_path is None:
+        raise WarmStartError(f"training.init_from: no {CONFIG_FILE} beside {checkpoint} (looked in "
+                             f"{', '.join(str(f) for f in folders)}): the source's config says how to build its model;"
+                             " a partial run directory cannot be started from.")
+    return Source(path, checkpoint, config_path, folders)
+
+
+def source_languages(source_cfg: Config, folders: list[Path]) -> list[str]:
+    """The languages the source was trained on: its ``corpus.json`` (written by the trainer), else its config."""
+    for folder in folders:
+        path = folder / "corpus.json"
+        if path.is_file():
+            try:
+                return list(json.loads(path.read_text(encoding="utf-8"))["languages"])
+            except (ValueError, KeyError, TypeError):
+                raise WarmStartError(f"training.init_from: {path} is not a valid corpus summary.") from None
+    return [source_cfg.data.language]
+
+
+def check_compatible(cfg: Config, source_cfg: Config, checkpoint: str, where: str) -> None:
+    """WarmStartError naming every model / audio key on which the two configs build different models."""
+    from myxtts.model.presets import resolve_dims
+    from myxtts.synthesis.loading import checkpoint_decoder_type, decoder_mismatch
+
+    problem = decoder_mismatch(where, checkpoint_decoder_type(checkpoint), cfg.model.decoder)
+    if source_cfg.model.decoder != cfg.model.decoder and problem is None:
+        problem = (f"{where} holds a model of the {source_cfg.model.decoder} decoder, but this config says "
+                   f"'model.decoder: {cfg.model.decoder}'.")
+    if problem:
+        raise WarmStartError(f"training.init_from: {problem}")
+    n_mels = cfg.audio.n_mels
+    ours = dataclasses.asdict(resolve_dims(cfg.model, 3, n_mels))
+    theirs = dataclasses.asdict(resolve_dims(source_cfg.model, 3, source_cfg.audio.n_mels))
+    differ = [f"model.{key}: source {theirs[key]}, this run {ours[key]}" for key in ours
+              if key not in _FREE_DIMS and ours[key] != theirs[key]]
+    audio_ours, audio_theirs = dataclasses.asdict(cfg.audio), dataclasses.asdict(source_cfg.audio)
+    differ += [f"audio.{key}: source {audio_theirs[key]}, this run {audio_ours[key]}" for key in audio_ours
+               if key != "griffin_lim_iters" and audio_ours[key] != audio_theirs[key]]
+    if differ:
+        raise WarmStartError(f"training.init_from: {where} was trained with a different model or front-end ("
+                             f"preset {source_cfg.model.preset!r}); these differ: {'; '.join(differ)}. Use the "
+                             "source's model and audio sections (copy them from its config.yaml) or train from "
+                             "scratch.")
+
+
+def check_text(vocabulary: Any, source_vocabulary: Any, languages: list[str], source_langs: list[str],
+               where: str) -> list[str]:
+    """The symbols this run adds to the source's (they get fresh embedding rows); WarmStartError when the text
+    front-ends differ, the source has symbols this run lacks, or this corpus speaks a language the source never
+    heard."""
+    from myxtts.data.language import base_language
+
+    if vocabulary.kind != source_vocabulary.kind:
+        raise WarmStartError(f"training.init_from: {where} reads {source_vocabulary.kind}, this config reads "
+                             f"{vocabulary.kind} (text.use_phonemes); set text.use_phonemes to the source's value.")
+    heard = {base_language(language) for language in source_langs}
+    if source_vocabulary.phoneme_language:
+        heard.add(base_language(source_vocabulary.phoneme_language))
+    unheard = sorted({language for language in languages if base_language(language) not in heard})
+    if unheard:
+        raise WarmStartError(f"training.init_from: this corpus is in {', '.join(unheard)}, which {where} was never "
+                             f"trained on (its languages: {', '.join(sorted(heard))}); start from a base of that "
+                             "language or train from scratch.")
+    lost = [symbol for symbol in source_vocabulary.symbols if symbol not in vocabulary.symbol_to_id]
+    if lost:
+        raise WarmStartError(f"training.init_from: {where} has {len(lost)} symbol(s) this run's vocabulary lacks "
+                             f"({' '.join(repr(s) for s in lost[:10])}); its embedding rows would be dropped. Use a "
+                             "myxtts version whose symbol set covers the source's.")
+    return [symbol for symbol in vocabulary.symbols if symbol not in source_vocabulary.symbol_to_id]
+
+
+def _plain_path(variable: Any) -> str:
+    """A variable's path without Keras' auto-name counters (``conv1d_7/kernel`` -> ``conv1d/kernel``), which depend
+    on how many layers the process built before."""
+    return "/".join(re.sub(r"_\d+$", "", part) for part in variable.path.split("/")[1:])
+
+
+def copy_weights(model: Any, source_model: Any, vocabulary: Any, source_vocabulary: Any) -> int:
+    """Copy every variable of ``source_model`` into ``model`` (same architecture, built in the same order); the
+    text embedding row by row by symbol. Returns the number of variables copied."""
+    embedding = model.text_encoder.embedding.embeddings
+    ours, theirs = list(model.weights), list(source_model.weights)
+    if len(ours) != len(theirs):
+        raise WarmStartError(f"training.init_from: the source model has {len(theirs)} variables, this one "
+                             f"{len(ours)}: not the same architecture.")
+    for target, value in zip(ours, theirs):
+        if _plain_path(target) != _plain_path(value):
+            raise WarmStartError(f"training.init_from: variable {target.path} meets the source's {value.path}: not "
+                                 "the same architecture.")
+        if target is embedding:
+            table = np.array(target.numpy())  # [this vocabulary, d]: rows of new symbols keep their fresh init
+            source_table = value.numpy()  # [source vocabulary, d]
+            for row, symbol in enumerate(source_vocabulary.symbols):
+                table[vocabulary.symbol_to_id[symbol]] = source_table[row]
+            target.assign(table)
+            continue
+        if tuple(target.shape) != tuple(value.shape):
+            raise WarmStartError(f"training.init_from: variable {target.path} has shape {tuple(target.shape)} "
+                                 f"here and {tuple(value.shape)} in the source.")
+        target.assign(value)
+    return len(ours)
+
+
+def warm_start(cfg: Config, model: Any, vocabulary: Any, languages: list[str], workdir: Path,
+               echo: Any = print, record: bool = True) -> dict:
+    """Load ``cfg.init_from`` into ``model``; returns what it did, written to ``workdir/init_from.json`` when
+    ``record`` (every worker of a multi-worker run loads; the chief records and prints)."""
+    from myxtts.synthesis.loading import RunError, find_vocabulary, restore_model
+
+    source = find_source(cfg.init_from)
+    where = f"{source.checkpoint} (from {source.given})"
+    try:
+        source_cfg = load_config(source.config_path)
+    except ValueError as err:
+        raise WarmStartError(f"training.init_from: the source's config cannot be read: {err}") from None
+    check_compatible(cfg, source_cfg, source.checkpoint, where)
+    try:
+        source_vocabulary = find_vocabulary(source_cfg, *source.folders)
+    except RunError as err:
+        raise WarmStartError(f"training.init_from: {err}") from None
+    new_symbols = check_text(vocabulary, source_vocabulary, languages,
+                             source_languages(source_cfg, source.folders), where)
+    try:  # the source's own model: its vocabulary size, restored and checked against the checkpoint
+        source_model = restore_model(source_cfg, source_vocabulary, source.checkpoint)
+    except RunError as err:
+        raise WarmStartError(f"training.init_from: {err}") from None
+    copied = copy_weights(model, source_model, vocabulary, source_vocabulary)
+    del source_model
+    step = _checkpoint_step(source.checkpoint)
+    result = {"source": str(source.given), "checkpoint": source.checkpoint, "source_step": step,
+              "source_config": str(source.config_path), "variables": copied, "new_symbols": new_symbols,
+              "frozen": list(cfg.training.freeze)}
+    if not record:
+        return result
+    (Path(workdir) / INIT_FROM_FILE).write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
+    echo(f"warm start: {copied} variables from {source.checkpoint}" + (f" (step {step})" if step is not None else "")
+         + (f"; fresh embedding rows for {len(new_symbols)} new symbol(s): {' '.join(new_symbols)}"
+            if new_symbols else ""))
+    if new_symbols:
+        logger.info("Warm start: symbols new to the source (fresh rows): %s", new_symbols)
+    return result
+
+
+def freeze_modules(model: Any, names: tuple[str, ...]) -> list[str]:
+    """Mark the named top-level modules non-trainable (so the optimizer never sees them); returns their variable
+    paths."""
+    frozen = []
+    for name in names:
+        module = getattr(model, name, None)
+        if module is None:  # the config checks names against MODEL_MODULES; this catches a model that drifted
+            raise WarmStartError(f"training.freeze: the model has no module {name!r}.")
+        module.trainable = False
+        frozen += [variable.path for variable in module.weights]
+    return frozen
+
+
+def _checkpoint_step(checkpoint: str) -> int | None:
+    match = re.search(r"-(\d+)$", checkpoint)
+    return int(match.group(1)) if match else None

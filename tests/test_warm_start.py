@@ -1,0 +1,204 @@
+"""Warm start (training.init_from / --init-from) and frozen modules (training.freeze), on the bundled real clips."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from test_train import trainer_config, write_config
+
+# the parallel decoder at test size (the warm start itself is decoder-agnostic; the AR decoder is checked below)
+SMALL = {"decoder": "parallel", "reduction_factor": 1, "decoder_layers": None, "prenet_dim": None,
+         "decoder_conv_blocks": 2}
+
+
+def _config(prepared, model=None, training=None):
+    return trainer_config(prepared, data={"num_buckets": 1}, model={**SMALL, **(model or {})}, training={
+        "max_steps": 4, "warmup_steps": 2, "log_every": 1, "validate_every": 100, "checkpoint_every": 100,
+        "summary_every": 0, **(training or {})})
+
+
+@pytest.fixture(scope="module")
+def source_run(prepared_cache, tmp_path_factory):
+    """A trained source run (6 steps) every test starts from; read-only."""
+    from myxtts.training import run
+
+    workdir = tmp_path_factory.mktemp("source") / "run"
+    run(_config(prepared_cache, training={"max_steps": 6}), workdir, progress=False, echo=lambda _: None)
+    return workdir
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "run.lock"}
+
+
+def _weights(model) -> dict[str, np.ndarray]:
+    """Variables by their path inside the model (the model's own name dropped)."""
+    return {v.path.split("/", 1)[1]: v.numpy() for v in model.weights}
+
+
+def test_init_from_copies_weights_fresh_optimizer_frozen_modules_stay_resume_exact(prepared_cache, source_run,
+                                                                                     tmp_path):
+    from click.testing import CliRunner
+
+    from myxtts.cli import main
+    from myxtts.synthesis.loading import load_model_from_run
+    from myxtts.training import run
+
+    source_dir = tmp_path / "source"  # a copy: deleted before the resume below
+    shutil.copytree(source_run, source_dir, ignore=shutil.ignore_patterns("run.lock"))
+    before = _digest(source_dir)
+    _, source_model, _ = load_model_from_run(source_dir)
+    source = _weights(source_model)
+    settings = {"freeze": ["text_encoder", "aligner"], "deterministic": True}
+    config = write_config(_config(prepared_cache, training=settings), tmp_path / "finetune.yaml")
+    result = CliRunner().invoke(main, ["train", "--config", str(config), "--workdir", str(tmp_path / "run"),
+                                       "--init-from", str(source_dir), "--no-progress"],
+                                standalone_mode=False, catch_exceptions=False)
+    summary = result.return_value
+    assert "warm start:" in result.output and summary["init_from"].endswith("ckpt-6")
+    # step 0 and a fresh optimizer: 4 steps of its own, the first logged step is 1
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["split"] == "train"][0] == 1
+    assert summary["steps"] == 4 and summary["updates"] == 4
+    record = json.loads((tmp_path / "run" / "init_from.json").read_text())
+    assert record["checkpoint"].endswith("ckpt-6") and record["source_step"] == 6
+    assert record["frozen"] == ["text_encoder", "aligner"] and record["new_symbols"] == []
+    assert record["variables"] == len(source)
+    _, tuned_model, _ = load_model_from_run(tmp_path / "run")
+    tuned = _weights(tuned_model)
+    frozen = [k for k in tuned if k.startswith(("text_encoder/", "aligner/"))]
+    moving = [k for k in tuned if k.startswith(("decoder/", "postnet/", "duration_predictor/"))
+              and "seed_generator" not in k]
+    assert frozen and moving
+    assert all(np.array_equal(tuned[k], source[k]) for k in frozen)  # frozen: never moved
+    moved = [k for k in moving if not np.array_equal(tuned[k], source[k])]
+    assert len(moved) > 0.9 * len(moving)  # trained from the source's values ...
+    near = [k for k in moving if np.abs(tuned[k] - source[k]).max() < 0.05]  # ... 4 small steps away
+    assert len(near) == len(moving)
+    # the optimizer only holds slots of the trainable variables
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints")))
+    assert not [name for name in reader.get_variable_to_shape_map() if name.startswith("optimizer/")
+                and "text_encoder" in name]
+    assert _digest(source_dir) == before  # the source run is only read
+
+    # the same run in two halves: the resume restores its own checkpoint and never reads the source again
+    halves = _config(prepared_cache, training={**settings, "init_from": str(source_dir), "max_steps": 2,
+                                               "checkpoint_every": 2})
+    run(halves, tmp_path / "halves", progress=False, echo=lambda _: None)
+    shutil.rmtree(source_dir)
+    summary = run(_config(prepared_cache, training={**settings, "init_from": str(source_dir)}), tmp_path / "halves",
+                  resume=True, progress=False, echo=lambda _: None)
+    assert summary["resumed_from"].endswith("ckpt-2") and summary["init_from"] is None
+    resumed = _weights(load_model_from_run(tmp_path / "halves")[1])
+    assert resumed.keys() == tuned.keys()
+    assert all(np.array_equal(tuned[k], resumed[k]) for k in tuned)
+
+
+def test_a_grown_symbol_set_gets_fresh_rows_for_the_new_symbols_only(prepared_cache, source_run, tmp_path):
+    from myxtts.data.mel_stats import MelStats
+    from myxtts.model import build_model
+    from myxtts.synthesis.loading import load_model_from_run, save_run
+    from myxtts.text import Vocabulary
+    from myxtts.training.warm_start import warm_start
+
+    cfg, _, vocabulary = load_model_from_run(source_run)
+    dropped = vocabulary.symbols[10]
+    small = Vocabulary(vocabulary.kind, vocabulary.cleaner, vocabulary.phoneme_language,
+                       [s for s in vocabulary.symbols if s != dropped])
+    source_model = build_model(cfg, len(small))
+    save_run(tmp_path / "small", cfg, source_model, small, MelStats.load(source_run / "mel_stats.json"))
+    run_cfg = _config(prepared_cache, training={"init_from": str(tmp_path / "small")})
+    model = build_model(run_cfg, len(vocabulary))
+    fresh = model.text_encoder.embedding.embeddings.numpy().copy()
+    result = warm_start(run_cfg, model, vocabulary, ["en"], tmp_path / "run", echo=lambda _: None, record=False)
+    assert result["new_symbols"] == [dropped]
+    table = model.text_encoder.embedding.embeddings.numpy()
+    source_table = source_model.text_encoder.embedding.embeddings.numpy()
+    for row, symbol in enumerate(small.symbols):  # rows follow the symbols, not the positions
+        np.testing.assert_array_equal(table[vocabulary.symbol_to_id[symbol]], source_table[row])
+    np.testing.assert_array_equal(table[10], fresh[10])
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"model": {"d_model": 48}}, "model.d_model: source 32, this run 48"),
+    ({"model": {"decoder_conv_blocks": 3}}, "model.decoder_conv_blocks: source 2, this run 3"),
+    ({"model": {**{k: v for k, v in SMALL.items()}, "decoder": "autoregressive", "reduction_factor": 2,
+                "decoder_conv_blocks": None, "decoder_layers": 1, "prenet_dim": 32}}, "parallel decoder"),
+])
+def test_another_model_is_a_clear_error_naming_the_difference(prepared_cache, source_run, tmp_path, change, message):
+    from myxtts.training import run
+    from myxtts.training.warm_start import WarmStartError
+
+    cfg = _config(prepared_cache, model=change.get("model"), training={"init_from": str(source_run)})
+    with pytest.raises(WarmStartError, match=message):
+        run(cfg, tmp_path / "run", progress=False, echo=lambda _: None)
+    assert not list((tmp_path / "run").glob("checkpoints/ckpt-*"))
+
+
+def test_bad_sources_are_clear_errors(prepared_cache, source_run, tmp_path):
+    from myxtts.training import run
+    from myxtts.training.warm_start import WarmStartError
+
+    def attempt(init_from, workdir="run"):
+        cfg = _config(prepared_cache, training={"init_from": str(init_from)})
+        with pytest.raises(WarmStartError) as caught:
+            run(cfg, tmp_path / workdir, progress=False, echo=lambda _: None)
+        return str(caught.value)
+
+    assert "neither a run directory nor a checkpoint prefix" in attempt(tmp_path / "nowhere")
+    partial = tmp_path / "partial"
+    shutil.copytree(source_run / "checkpoints", partial / "checkpoints")  # weights without their config
+    assert "no config.yaml" in attempt(partial)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "No checkpoint" in attempt(empty)
+    # a checkpoint prefix works as a source; the run's own directory does not
+    prefix = tf.train.latest_checkpoint(str(source_run / "checkpoints"))
+    cfg = _config(prepared_cache, training={"init_from": prefix, "max_steps": 2})
+    from myxtts.training import Trainer
+
+    trainer = Trainer(cfg, tmp_path / "from-prefix", progress=False, echo=lambda _: None)
+    trainer.stage_config(), trainer.stage_data(), trainer.stage_model(), trainer.stage_checkpoint()
+    trainer.release_locks()
+    assert trainer.init_from["checkpoint"] == prefix
+
+
+def test_text_front_end_checks():
+    from myxtts.text import Vocabulary
+    from myxtts.training.warm_start import WarmStartError, check_text
+
+    phonemes = Vocabulary("phonemes", "english", "en-us")
+    characters = Vocabulary("characters", "english")
+    assert check_text(phonemes, phonemes, ["en"], ["en"], "base") == []
+    with pytest.raises(WarmStartError, match="reads phonemes, this config reads characters"):
+        check_text(characters, phonemes, ["en"], ["en"], "base")
+    with pytest.raises(WarmStartError, match="this corpus is in de, which base was never trained on"):
+        check_text(Vocabulary("phonemes", "basic", "de"), phonemes, ["de"], ["en"], "base")
+    fewer = Vocabulary("phonemes", "english", "en-us", phonemes.symbols[:-2])
+    with pytest.raises(WarmStartError, match="2 symbol\\(s\\) this run's vocabulary lacks"):
+        check_text(fewer, phonemes, ["en"], ["en"], "base")
+    assert check_text(phonemes, fewer, ["en"], ["en"], "base") == phonemes.symbols[-2:]
+
+
+def test_freeze_names_are_checked_against_the_model(make_config):
+    from myxtts.config import MODEL_MODULES
+    from myxtts.model import build_model
+
+    with pytest.raises(ValueError, match="'text_encodr' is not a module of the model; modules: text_encoder"):
+        make_config(training={"freeze": ["text_encodr"]})
+    with pytest.raises(ValueError, match="nothing would train"):
+        make_config(training={"freeze": list(MODEL_MODULES)})
+    with pytest.raises(ValueError, match="expected a list"):
+        make_config(training={"freeze": "decoder"})
+    for decoder in ("parallel", "autoregressive"):  # the config's module list is the model's
+        model = build_model(make_config(model={"decoder": decoder, "d_model": 32, "num_heads": 2}), 40)
+        top = {layer.name for layer in model.layers}
+        assert top == set(MODEL_MODULES), decoder
