@@ -94,9 +94,9 @@ def ceiling(cfg, entries, similarity: bool) -> dict:
 
 def synthesize(synthesizer, entries, references, batch_size: int):
     """Free-running synthesis of each entry's text with the matching reference clip; results with waveforms."""
-    mels = [synthesizer.reference_mel(reference.audio_path) for reference in references]
-    results = synthesizer.decode_tokens(synthesizer.encode([e.text for e in entries]), [m for m, _ in mels],
-                                        [n for _, n in mels], batch_size=batch_size, texts=[e.text for e in entries])
+    voices = [synthesizer.voice(reference.audio_path) for reference in references]
+    results = synthesizer.decode_tokens(synthesizer.encode([e.text for e in entries]), voices,
+                                        batch_size=batch_size, texts=[e.text for e in entries])
     for result in results:
         synthesizer.vocode(result)
     return results

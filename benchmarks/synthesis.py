@@ -87,7 +87,7 @@ def main() -> None:
         save_run(Path(root) / "run", cfg, model, vocabulary, mel_stats=mel_stats)
         synthesizer = Synthesizer.from_run(Path(root) / "run")
     model, r, hop, rate = synthesizer.model, cfg.model.reduction_factor, cfg.audio.hop_length, cfg.audio.sample_rate
-    reference_mel, reference_length = synthesizer.reference_mel(reference)
+    voice = synthesizer.voice(reference)
     token_lists = synthesizer.encode(texts)
 
     # warm-up: every duration and decode function, outside the timing
@@ -99,7 +99,7 @@ def main() -> None:
     compiled_seconds, vocoder_seconds, audio_seconds, results = 0.0, 0.0, 0.0, []
     for tokens in token_lists:
         started = time.perf_counter()
-        result = synthesizer.decode_tokens([tokens], [reference_mel], [reference_length], batch_size=1)[0]
+        result = synthesizer.decode_tokens([tokens], [voice], batch_size=1)[0]
         compiled_seconds += time.perf_counter() - started
         started = time.perf_counter()
         np.asarray(synthesizer.vocoder(result.mel))

@@ -70,7 +70,7 @@ def test_evaluate_on_a_corpus_folder_with_limit(cached_run, bundled_corpus, tmp_
 
     report = evaluate_run(cached_run, data=bundled_corpus, limit=1)
     assert report["clips"] == 1 and str(bundled_corpus) in report["data"]
-    assert report["decoder_traces"] == 2  # the clip's duration function and its mel bucket's decode function
+    assert report["decoder_traces"] == 3  # the voice's latents, the clip's duration function, its mel bucket's decode
 
 
 def test_evaluate_errors(cached_run, tmp_path):

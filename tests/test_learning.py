@@ -66,9 +66,9 @@ def _free_running_mcd(cfg, model, vocabulary, batch, waves, vocoder) -> tuple[fl
 
     synthesizer = Synthesizer(cfg, model, vocabulary, vocoder=vocoder)
     lengths = batch["token_lengths"].numpy()
+    voices = synthesizer.latents_of(list(batch["reference_mel"].numpy()), list(batch["reference_lengths"].numpy()))
     results = synthesizer.decode_tokens([batch["tokens"].numpy()[i, : lengths[i]] for i in range(len(waves))],
-                                        list(batch["reference_mel"].numpy()), list(batch["reference_lengths"].numpy()),
-                                        batch_size=len(waves))
+                                        list(voices), batch_size=len(waves))
     scores = [mel_cepstral_distortion(wave, np.asarray(vocoder(result.mel)), cfg.audio.sample_rate)
               for wave, result in zip(waves, results)]
     return float(np.mean(scores)), [r.frames for r in results]

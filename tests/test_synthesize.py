@@ -78,7 +78,35 @@ def test_cli_writes_playable_16bit_wav(tiny_run, tmp_path):
     synthesizer = Synthesizer.from_run(tiny_run)
     same = synthesizer.synthesize_detailed([TEXTS[0]], bundled_wavs(1)[0])[0]  # the API says what the CLI said
     assert _frames(len(wave), 256) == same.frames == same.durations.sum()
-    assert "compiled decoder graphs: 2" in result.output  # one duration function, one decode function
+    # the voice's latents, one duration function, one decode function
+    assert "compiled decoder graphs: 3" in result.output
+
+
+def test_several_references_of_one_voice_are_averaged(tiny_run, tmp_path):
+    from myxtts.cli import main
+    from myxtts.synthesis import Synthesizer
+
+    first, second = bundled_wavs(3)[1:]
+    synthesizer = Synthesizer.from_run(tiny_run)
+    one, other, both = synthesizer.voice(first), synthesizer.voice(second), synthesizer.voice([first, second])
+    assert not np.allclose(one, other, atol=1e-3)  # two clips give two different latents ...
+    np.testing.assert_allclose(both, (one + other) / 2, atol=1e-5)  # ... the voice of both is their mean
+    np.testing.assert_allclose(synthesizer.voice([second, first]), both, atol=1e-6)
+    np.testing.assert_allclose(synthesizer.voice([first, first]), one, atol=1e-6)
+    mels = {name: synthesizer.synthesize_detailed([TEXTS[3]], reference)[0].mel
+            for name, reference in (("one", first), ("other", second), ("both", [first, second]))}
+    assert not np.allclose(mels["both"], mels["one"], atol=1e-3)
+    assert not np.allclose(mels["both"], mels["other"], atol=1e-3)
+    # the CLI takes --reference more than once, and names a missing clip
+    out = tmp_path / "both.wav"
+    result = CliRunner().invoke(main, ["synthesize", "--run", str(tiny_run), "--text", TEXTS[3], "--reference",
+                                       str(first), "--reference", str(second), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    wave, _ = soundfile.read(str(out), dtype="float32")
+    assert _frames(len(wave), 256) == mels["both"].shape[0]
+    missing = CliRunner().invoke(main, ["synthesize", "--run", str(tiny_run), "--text", TEXTS[3], "--reference",
+                                        str(first), "--reference", str(tmp_path / "nope.wav"), "--out", str(out)])
+    assert missing.exit_code == 2 and "nope.wav" in missing.output
 
 
 def test_cli_checkpoint_and_text_file(tiny_run, tmp_path):
@@ -274,8 +302,9 @@ def test_synthesis_normalises_the_reference_and_denormalises_the_output(tiny_run
     # denormalised, and the vocoder receives it
     raw_model = Synthesizer(synthesizer.cfg, synthesizer.model, synthesizer.vocabulary)
     tokens = synthesizer.encode([TEXTS[5]])
-    result = synthesizer.decode_tokens(tokens, [mel], [length])[0]
-    normalized = raw_model.decode_tokens(tokens, [mel], [length])[0]
+    voice = synthesizer.latents_of([mel], [length])[0]
+    result = synthesizer.decode_tokens(tokens, [voice])[0]
+    normalized = raw_model.decode_tokens(tokens, [voice])[0]
     np.testing.assert_allclose(result.mel, stats.denormalize(normalized.mel), rtol=1e-5, atol=1e-5)
     wave = synthesizer.vocode(result)
     assert wave.dtype == np.float32 and len(wave) == (result.frames - 1) * 256 and np.all(np.isfinite(wave))

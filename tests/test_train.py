@@ -56,7 +56,7 @@ def test_cli_trains_120_shuffled_steps_without_a_single_retrace(prepared_cache, 
     from myxtts.synthesis.decoding import mel_buckets
 
     listening = [name for name in summary["traces"] if name.startswith("listening_")]
-    assert len(listening) == 1 + len(mel_buckets(cfg.data.max_mel_frames))
+    assert len(listening) == 2 + len(mel_buckets(cfg.data.max_mel_frames))  # latents, durations, decode per bucket
     assert summary["warmup_traces"] == 2 * shapes + 1 + len(listening)
     # warm-up calls go through the retrace monitor: retraces.jsonl holds exactly those first traces, all expected
     events = [json.loads(line) for line in (tmp_path / "run" / "retraces.jsonl").read_text().splitlines()]

@@ -39,10 +39,11 @@ def test_listening_while_training_parallel_decoder(prepared_cache, tmp_path):
     assert {s.id for s in listener.sentences} == {trainer.validation_pipeline.source.ids[r]
                                                   for r in trainer.validation_pipeline.rows}
     assert all(s.text and s.reference_id != s.id for s in listener.sentences)
-    # compiled at warm-up (one durations function, one decode function per mel bucket), never after
+    # compiled at warm-up (the voices' latents, one durations function, one decode function per mel bucket),
+    # never after
     assert listener.traced > 0 and listener.synthesizer.tracing_count() == listener.traced
     names = [name for name in summary["traces"] if name.startswith("listening_")]
-    assert len(names) == 1 + len(listener.synthesizer.decoder.buckets)
+    assert len(names) == 2 + len(listener.synthesizer.decoder.buckets)
     assert all(summary["traces"][name]["traces"] == 1 for name in names)
     assert summary["retraces_after_warmup"] == 0 and "listening" in trainer.warmup
 

@@ -55,7 +55,9 @@ def _read_texts(text: str | None, text_file: str | None, one_document: bool) -> 
 @click.option("--text-file", type=click.Path(dir_okay=False),
               help="Text file: with --out the whole file (paragraphs, chapters) as one wav; with --out-dir one wav "
                    "per line.")
-@click.option("--reference", required=True, type=click.Path(), help="Reference voice clip (any audio format).")
+@click.option("--reference", "references", required=True, multiple=True, type=click.Path(),
+              help="Reference voice clip (any audio format; 3-6 s of speech). Repeat it with more clips of the same "
+                   "voice: their speaker latents are averaged.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Output wav (the whole text).")
 @click.option("--out-dir", type=click.Path(file_okay=False), help="Output folder (001.wav, 002.wav, ...).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True,
@@ -63,7 +65,7 @@ def _read_texts(text: str | None, text_file: str | None, one_document: bool) -> 
 @click.option("--speed", type=click.FloatRange(min=0.1, max=10.0), default=1.0, show_default=True,
               help="Speaking rate: the predicted durations are divided by it.")
 @clean_errors(ValueError, OSError)
-def synthesize_command(run_dir, checkpoint, config_path, text, text_file, reference, out_path, out_dir,
+def synthesize_command(run_dir, checkpoint, config_path, text, text_file, references, out_path, out_dir,
                        batch_size, speed) -> None:
     """Text + a reference voice clip -> 16-bit WAV at the configured sample rate."""
     from myxtts.vocoder import write_wav
@@ -72,10 +74,11 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
         raise ValueError("Give exactly one of --out (one wav for the whole text, split where it must be) or "
                          "--out-dir (one wav per line of --text-file).")
     texts = _read_texts(text, text_file, one_document=out_path is not None)
-    if not Path(reference).is_file():
-        raise ValueError(f"Reference clip not found: {reference}")
+    missing = [reference for reference in references if not Path(reference).is_file()]
+    if missing:
+        raise ValueError(f"Reference clip not found: {', '.join(missing)}")
     synthesizer = _synthesizer(run_dir, checkpoint, config_path, batch_size, length_scale=1.0 / speed)
-    documents = synthesizer.synthesize_documents(texts, reference)
+    documents = synthesizer.synthesize_documents(texts, list(references))
     rate = synthesizer.sample_rate
     if out_path:
         paths = [write_wav(out_path, documents[0].waveform, rate)]

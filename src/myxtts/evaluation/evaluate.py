@@ -146,8 +146,8 @@ def evaluate(synthesizer: Synthesizer, entries: list[CorpusEntry], pool: list[Co
         for _ in range(2):  # a call that compiled is done again: the real-time factor excludes compilation
             traced = synthesizer.tracing_count()
             started = time.perf_counter()
-            result = synthesizer.decode_tokens([tokens], [reference_mel], [reference_length], batch_size=1,
-                                               texts=[entry.text])[0]
+            voice = synthesizer.latents_of([reference_mel], [reference_length])[0]
+            result = synthesizer.decode_tokens([tokens], [voice], batch_size=1, texts=[entry.text])[0]
             synthesizer.vocode(result)
             compute_seconds = time.perf_counter() - started
             if synthesizer.tracing_count() == traced:

@@ -42,8 +42,7 @@ class SpeechRequestError(ValueError):
 @dataclass
 class Voice:
     name: str
-    reference_mel: np.ndarray  # [reference_frames, n_mels] normalised, as the model takes it
-    reference_length: int
+    latents: np.ndarray  # [K, d] the conditioning encoder's latents of the voice's clip (Synthesizer.voice)
 
 
 @dataclass
@@ -106,8 +105,7 @@ class SpeechEngine:
         synthesizer.decoder.truncate = True
         self.voices = {}
         for name, clip in voices.items():
-            mel, length = synthesizer.reference_mel(clip)  # AudioError naming the clip
-            self.voices[name] = Voice(name, mel, length)
+            self.voices[name] = Voice(name, synthesizer.voice(clip))  # AudioError naming the clip
         self._text_lock = threading.Lock()  # the text front-end (espeak) is used by one thread at a time
         self._pending: list[tuple] = []  # (piece index, arrival, stream, tokens, voice, scale)
         self._arrivals = 0
@@ -192,8 +190,7 @@ class SpeechEngine:
                 continue
             try:
                 results = self.synthesizer.decode_tokens(
-                    [item[2] for item in batch], [item[3].reference_mel for item in batch],
-                    [item[3].reference_length for item in batch], batch_size=self.batch_size,
+                    [item[2] for item in batch], [item[3].latents for item in batch], batch_size=self.batch_size,
                     length_scales=[item[4] for item in batch])
                 for (stream, index, *_), result in zip(batch, results):
                     if not stream.cancelled:

@@ -1,9 +1,10 @@
 """Synthesizer: text + a reference voice clip -> waveform, through the compiled decoder and a vocoder.
 
 The model reads and writes normalised log mels (``myxtts.data.mel_stats``: per-bin ``(log_mel - mean) / std``
-of the training data, the run's ``mel_stats.json``). ``reference_mel`` returns the normalised conditioning mel
-the model takes (what ``decode_tokens`` expects); ``SynthesisResult.mel`` is the denormalised, real log mel
-(what the vocoder, the plots and the metrics take).
+of the training data, the run's ``mel_stats.json``). ``reference_mel`` returns the normalised conditioning mel of
+one clip; ``voice`` turns one or several clips of a speaker into the conditioning encoder's latents, averaged over
+the clips (what ``decode_tokens`` takes per item); ``SynthesisResult.mel`` is the denormalised, real log mel (what
+the vocoder, the plots and the metrics take).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from myxtts.synthesis.text_split import TextPiece, split_text
 from myxtts.text import PAD_ID, TextError, Vocabulary
 from myxtts.vocoder import GriffinLim, Vocoder
 
-Reference = "str | os.PathLike | np.ndarray"
+Reference = "str | os.PathLike | np.ndarray"  # a clip's path (any audio format) or a waveform at audio.sample_rate
+References = "Reference | Sequence[Reference]"  # one clip, or several clips of one voice (their latents averaged)
 
 
 @dataclass
@@ -111,7 +113,7 @@ class Synthesizer:
         return synthesizer
 
     # ---- inputs ---------------------------------------------------------------------------------
-    def reference_mel(self, reference: "str | os.PathLike | np.ndarray") -> tuple[np.ndarray, int]:
+    def reference_mel(self, reference: Reference) -> tuple[np.ndarray, int]:
         """A reference clip (path in any format, or a waveform at the configured rate) -> the normalised
         conditioning mel ``[data.reference_frames, n_mels]`` (centre crop, or zero padding after normalising, as
         the pipeline) and its true length."""
@@ -131,6 +133,21 @@ class Synthesizer:
         padded[: mel.shape[0]] = mel
         return padded, int(mel.shape[0])
 
+    def voice(self, references: References) -> np.ndarray:
+        """One reference clip or several of the same speaker -> the voice: the conditioning encoder's latents
+        ``[K, d]``, averaged over the clips (each clip's middle ``data.reference_frames`` frames; several clips
+        give the encoder more of the voice than one crop holds)."""
+        clips = list(references) if isinstance(references, (list, tuple)) else [references]
+        if not clips:
+            raise ValueError("No reference clip: pass at least one.")
+        mels = [self.reference_mel(clip) for clip in clips]
+        return self.latents_of([mel for mel, _ in mels], [length for _, length in mels]).mean(axis=0)
+
+    def latents_of(self, reference_mels: Sequence[np.ndarray], reference_lengths: Sequence[int]) -> np.ndarray:
+        """Normalised reference mels (``reference_mel``) -> one voice each, latents ``[R, K, d]``."""
+        return self.decoder.latents(np.stack(reference_mels), np.asarray(reference_lengths, np.int32),
+                                    self.batch_size)
+
     def encode(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Texts -> token arrays (raises TextError for empty text / no known characters, TextTooLongError)."""
         encoded = [np.asarray(ids, np.int32) for ids in self.text_processor.encode_many(list(texts))]
@@ -139,12 +156,11 @@ class Synthesizer:
         return encoded
 
     # ---- decoding -------------------------------------------------------------------------------
-    def decode_tokens(self, token_lists: Sequence[np.ndarray], reference_mels: Sequence[np.ndarray],
-                      reference_lengths: Sequence[int], batch_size: int | None = None,
-                      texts: Sequence[str] | None = None,
+    def decode_tokens(self, token_lists: Sequence[np.ndarray], voices: Sequence[np.ndarray],
+                      batch_size: int | None = None, texts: Sequence[str] | None = None,
                       length_scales: Sequence[float] | None = None) -> list[SynthesisResult]:
-        """Decoding of many token sequences (each with its own normalised reference mel, see ``reference_mel``);
-        no vocoder. The results' ``mel`` is denormalised (a real log mel).
+        """Decoding of many token sequences (each with its own voice: latents ``[K, d]``, see ``voice`` and
+        ``latents_of``); no vocoder. The results' ``mel`` is denormalised (a real log mel).
 
         Items are sorted by length and grouped into batches of ``batch_size`` (the last one padded by repeating
         its first item), so each batch uses the smallest text bucket that holds it. ``length_scales``: the
@@ -156,8 +172,7 @@ class Synthesizer:
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
             outputs, seconds = self._decode_batch([token_lists[i] for i in chunk],
-                                                  [reference_mels[i] for i in chunk],
-                                                  [reference_lengths[i] for i in chunk], batch_size,
+                                                  [voices[i] for i in chunk], batch_size,
                                                   [texts[i] for i in chunk] if texts is not None else None,
                                                   [length_scales[i] for i in chunk] if length_scales else None)
             bucket_frames = outputs["mel"].shape[1]
@@ -173,32 +188,29 @@ class Synthesizer:
                     decode_seconds=seconds / len(chunk), text_bucket=int(outputs["text_bucket"]))
         return results  # type: ignore[return-value]
 
-    def _decode_batch(self, token_lists, reference_mels, reference_lengths, batch_size: int, texts=None,
-                      length_scales=None):
+    def _decode_batch(self, token_lists, voices, batch_size: int, texts=None, length_scales=None):
         count = len(token_lists)
         bucket = self.lengths.text_bucket(max(len(t) for t in token_lists))
         tokens = np.full([batch_size, bucket], PAD_ID, np.int32)
         token_lengths = np.zeros([batch_size], np.int32)
-        references = np.zeros([batch_size, *reference_mels[0].shape], np.float32)
-        ref_lengths = np.ones([batch_size], np.int32)
+        latents = np.zeros([batch_size, *np.shape(voices[0])], np.float32)  # [B, K, d]
         for slot in range(batch_size):
             source = slot if slot < count else 0  # padding slots repeat the first item
             ids = token_lists[source]
             tokens[slot, : len(ids)] = ids
             token_lengths[slot] = len(ids)
-            references[slot] = reference_mels[source]
-            ref_lengths[slot] = reference_lengths[source]
+            latents[slot] = voices[source]
         scales = None
         if length_scales is not None:  # padding slots repeat the first item's, as their tokens do
             scales = np.array([length_scales[slot if slot < count else 0] for slot in range(batch_size)], np.float32)
         started = time.perf_counter()
-        outputs = self.decoder(tokens, token_lengths, references, ref_lengths, texts, scales)
+        outputs = self.decoder(tokens, token_lengths, latents, texts, scales)
         outputs["text_bucket"] = bucket
         return outputs, time.perf_counter() - started
 
     def warm_up_all(self, batch_size: int | None = None) -> None:
-        """Trace and run once every compiled function synthesis can use (every text bucket's duration function
-        and every mel bucket's decode function), so no later call traces."""
+        """Trace and run once every compiled function synthesis can use (the latents function, every text bucket's
+        duration function and every mel bucket's decode function), so no later call traces."""
         self.decoder.warm_up(batch_size or self.batch_size, self.lengths.text_buckets())
 
     def warm_up(self, num_tokens: int, batch_size: int | None = None) -> None:
@@ -214,16 +226,16 @@ class Synthesizer:
         return waveform
 
     # ---- public API -----------------------------------------------------------------------------
-    def synthesize_detailed(self, texts: Sequence[str], reference: "str | os.PathLike | np.ndarray",
+    def synthesize_detailed(self, texts: Sequence[str], reference: References,
                             batch_size: int | None = None) -> list[SynthesisResult]:
-        """Texts + one reference -> results with waveform, mel, alignment and durations."""
+        """Texts + one voice (one reference clip, or several: ``voice``) -> results with waveform, mel, alignment
+        and durations."""
         texts = list(texts)
         if not texts:
             raise ValueError("No text to synthesize.")
         token_lists = self.encode(texts)
-        reference_mel, reference_length = self.reference_mel(reference)
-        results = self.decode_tokens(token_lists, [reference_mel] * len(texts), [reference_length] * len(texts),
-                                     batch_size=batch_size, texts=texts)
+        voice = self.voice(reference)
+        results = self.decode_tokens(token_lists, [voice] * len(texts), batch_size=batch_size, texts=texts)
         for result in results:
             self.vocode(result)
         self.last_results = results
@@ -253,14 +265,14 @@ class Synthesizer:
             self.text_processor.encode(text)  # raises the TextError that says why
         return pieces
 
-    def synthesize_long(self, text: str, reference: "str | os.PathLike | np.ndarray",
+    def synthesize_long(self, text: str, reference: References,
                         batch_size: int | None = None) -> "LongSynthesis":
         """Any length of text -> one waveform: split into pieces (``split``), the pieces decoded in batches
         (sorted by length, so each batch takes the smallest bucket that holds it; no new trace), then joined in
         order with the pause each piece ends with."""
         return self.synthesize_documents([text], reference, batch_size)[0]
 
-    def synthesize_documents(self, texts: Sequence[str], reference: "str | os.PathLike | np.ndarray",
+    def synthesize_documents(self, texts: Sequence[str], reference: References,
                              batch_size: int | None = None) -> list["LongSynthesis"]:
         """``synthesize_long`` for several texts at once: the pieces of all of them share the batches."""
         split = [self.split(text) for text in texts]
@@ -276,11 +288,11 @@ class Synthesizer:
             documents.append(LongSynthesis(np.concatenate(parts).astype(np.float32), pieces, mine))
         return documents
 
-    def synthesize(self, text: str, reference: "str | os.PathLike | np.ndarray") -> np.ndarray:
+    def synthesize(self, text: str, reference: References) -> np.ndarray:
         """Waveform ``[samples]`` float32 at audio.sample_rate; ``last_results[0]`` holds mel and alignment."""
         return self.synthesize_detailed([text], reference, batch_size=1)[0].waveform
 
-    def synthesize_batch(self, texts: Sequence[str], reference: "str | os.PathLike | np.ndarray",
+    def synthesize_batch(self, texts: Sequence[str], reference: References,
                          batch_size: int | None = None) -> list[np.ndarray]:
         return [result.waveform for result in self.synthesize_detailed(texts, reference, batch_size)]
 

@@ -106,10 +106,13 @@ class Listener:
         synthesizer, decoder = self.synthesizer, self.synthesizer.decoder
         batch = len(self.sentences)
         bucket = synthesizer.lengths.text_bucket(max(len(s.tokens) for s in self.sentences))
-        # one duration function; a decode function per mel bucket (lengths vary)
+        # the voices' latents; one duration function; a decode function per mel bucket (lengths vary)
+        decoder.latents_function(batch)
         decoder.durations_function(batch, bucket)
         for frames in decoder.buckets:
             decoder.decode_function(batch, frames)
+        for key, function in decoder.latents_functions.items():
+            decoder.latents_functions[key] = watch(function, f"listening_latents[batch {key}]")
         tables = {"durations": decoder.duration_functions, "decode": decoder.decode_functions}
         for kind, table in tables.items():
             for key, function in table.items():
@@ -124,8 +127,9 @@ class Listener:
 
         started = time.perf_counter()
         sentences, synthesizer, rate = self.sentences, self.synthesizer, self.cfg.audio.sample_rate
-        results = synthesizer.decode_tokens([s.tokens for s in sentences], [s.reference_mel for s in sentences],
-                                            [s.reference_length for s in sentences], batch_size=len(sentences),
+        # the voices again at every validation: the conditioning encoder trains too
+        voices = synthesizer.latents_of([s.reference_mel for s in sentences], [s.reference_length for s in sentences])
+        results = synthesizer.decode_tokens([s.tokens for s in sentences], list(voices), batch_size=len(sentences),
                                             texts=[s.text or s.id for s in sentences])
         recognizer, record, pairs = listening.recognizer_available(), {"step": step}, []
         with metrics.writer("listening").as_default(step=step):
