@@ -87,7 +87,8 @@ def main() -> None:
         save_run(Path(root) / "run", cfg, model, vocabulary, mel_stats=mel_stats)
         synthesizer = Synthesizer.from_run(Path(root) / "run")
     model, r, hop, rate = synthesizer.model, cfg.model.reduction_factor, cfg.audio.hop_length, cfg.audio.sample_rate
-    voice = synthesizer.voice(reference)
+    reference_mel, reference_length = synthesizer.reference_mel(reference)
+    voice = synthesizer.latents_of([reference_mel], [reference_length])[0]
     token_lists = synthesizer.encode(texts)
 
     # warm-up: every duration and decode function, outside the timing
