@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from myxtts.cli import main
-from myxtts.data.espeak_corpus import (VOICES, EspeakRenderError, EspeakVoice, Sentence, assign_voices,
+from myxtts.data.espeak_corpus import (HELD_OUT_VOICES, VOICES, EspeakRenderError, EspeakVoice, Sentence, assign_voices,
                                        bundled_sentences, open_renderer, read_transcripts, render_corpus,
                                        select_sentences)
 
@@ -89,7 +89,7 @@ def test_cli_bad_input_exits_2(tmp_path: Path) -> None:
     assert missing.exit_code == 2 and "Error: Transcripts file not found" in missing.output
     too_many = runner.invoke(main, ["corpus", "espeak", "--out", str(tmp_path / "out"), "--sentences", "500"])
     assert too_many.exit_code == 2 and "Asked for 500 sentences" in too_many.output
-    voices = runner.invoke(main, ["corpus", "espeak", "--out", str(tmp_path / "out"), "--voices", "9"])
+    voices = runner.invoke(main, ["corpus", "espeak", "--out", str(tmp_path / "out"), "--voices", "25"])
     assert voices.exit_code == 2 and "--voices" in voices.output
 
 
@@ -130,8 +130,27 @@ def test_voices_render_real_different_speech(tmp_path: Path) -> None:
     assert _pitch(clips[high.name]) > 1.5 * _pitch(clips[low.name])
     # every built-in voice renders, and the en-gb variants are applied (gb_f1 is a female voice, gb_m1 male)
     with open_renderer() as renderer:
-        pitches = {voice.name: _pitch(voice.render(renderer, text)) for voice in VOICES}
+        pitches = {voice.name: _pitch(voice.render(renderer, text)) for voice in VOICES + HELD_OUT_VOICES}
     assert pitches["gb_f1"] > 1.5 * pitches["gb_m1"]
+    # both sexes among the base model's voices and among the held-out ones
+    for voices in (VOICES, HELD_OUT_VOICES):
+        female = [pitches[v.name] for v in voices if "+f" in v.voice]
+        male = [pitches[v.name] for v in voices if "+m" in v.voice]
+        assert female and male and np.median(female) > 1.3 * np.median(male)
+
+
+def test_held_out_voices_are_never_training_voices(tmp_path: Path) -> None:
+    assert len(VOICES) >= 24 and len(HELD_OUT_VOICES) == 4
+    training = {(v.voice, v.pitch, v.speed) for v in VOICES}
+    assert not {v.name for v in HELD_OUT_VOICES} & {v.name for v in VOICES}
+    assert not {(v.voice, v.pitch, v.speed) for v in HELD_OUT_VOICES} & training
+    accents = {v.voice.split("+")[0] for v in VOICES}
+    assert len(accents) >= 6  # several accents, not one voice with 24 pitches
+    result = CliRunner().invoke(main, ["corpus", "espeak", "--out", str(tmp_path / "zero-shot"), "--sentences", "8",
+                                       "--held-out-voices", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    speakers = {line.split("|")[2] for line in (tmp_path / "zero-shot" / "list.txt").read_text().splitlines()}
+    assert speakers == {v.name for v in HELD_OUT_VOICES}
 
 
 def test_unknown_voice_is_a_render_error(tmp_path: Path) -> None:

@@ -21,21 +21,25 @@ def corpus_group() -> None:
               help="Output folder: list.txt (data.corpus_format: list) and wavs/<speaker>/<id>.wav.")
 @click.option("--sentences", type=click.IntRange(min=2), default=None,
               help="How many sentences to render (a seeded sample; default: all that fit 10-150 characters).")
-@click.option("--voices", type=click.IntRange(min=2, max=8), default=4, show_default=True,
-              help="How many of the built-in, clearly different espeak-ng voices to use.")
+@click.option("--voices", type=click.IntRange(min=2, max=24), default=4, show_default=True,
+              help="How many of the 24 built-in, clearly different espeak-ng voices to use (the first N).")
+@click.option("--held-out-voices", is_flag=True,
+              help="Render with the 4 voices no base model trains on instead (zero-shot tests of voice cloning).")
 @click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True,
               help="Clips rendered at once (threads, each with its own copy of the bundled espeak-ng library).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sentence sample and voice assignment.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 @clean_errors(ValueError, OSError, EspeakMissingError, EspeakRenderError)
-def espeak_command(transcripts: str | None, out_dir: str, sentences: int | None, voices: int, jobs: int, seed: int,
-                   no_progress: bool) -> None:
+def espeak_command(transcripts: str | None, out_dir: str, sentences: int | None, voices: int, held_out_voices: bool,
+                   jobs: int, seed: int, no_progress: bool) -> None:
     """Render sentences with several espeak-ng voices into a list corpus (each voice speaks its own share)."""
-    from myxtts.data.espeak_corpus import bundled_sentences, read_transcripts, render_corpus, select_sentences
+    from myxtts.data.espeak_corpus import (HELD_OUT_VOICES, bundled_sentences, read_transcripts, render_corpus,
+                                           select_sentences)
 
     source = read_transcripts(transcripts) if transcripts else bundled_sentences()
     chosen = select_sentences(source, sentences, seed=seed)
-    result = render_corpus(chosen, voices, out_dir, jobs=jobs, seed=seed, progress=not no_progress)
+    result = render_corpus(chosen, list(HELD_OUT_VOICES) if held_out_voices else voices, out_dir, jobs=jobs,
+                           seed=seed, progress=not no_progress)
     click.echo(result.summary())
     click.echo(f"train on it with: data.corpus_format: list, data.corpus_path: {result.list_file}")
 

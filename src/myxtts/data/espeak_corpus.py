@@ -60,8 +60,9 @@ class EspeakVoice:
         write_wav(out_path, samples, renderer.sample_rate)
 
 
-# Ordered so that any prefix holds clearly different voices: male / female alternate, accents and
-# pitches spread out.
+# Ordered so that any prefix holds clearly different voices: male / female alternate, accents (American, New York,
+# British, RP, Scottish, Lancastrian, West Midlands, Caribbean) and pitches spread out. The first 24 train the base
+# model (configs/base-espeak.yaml); HELD_OUT_VOICES never do: the zero-shot voices.
 VOICES = (
     EspeakVoice("us_m3", "en-us+m3", pitch=35, speed=165),
     EspeakVoice("us_f2", "en-us+f2", pitch=60, speed=175),
@@ -71,6 +72,28 @@ VOICES = (
     EspeakVoice("rp_f3", "en-gb-x-rp+f3", pitch=35, speed=170),
     EspeakVoice("us_m6", "en-us+m6", pitch=65, speed=190),
     EspeakVoice("gb_f1", "en-gb+f1", pitch=70, speed=160),
+    EspeakVoice("car_m2", "en-029+m2", pitch=45, speed=170),
+    EspeakVoice("nyc_f5", "en-us-nyc+f5", pitch=55, speed=180),
+    EspeakVoice("lan_m4", "en-gb-x-gbclan+m4", pitch=40, speed=175),
+    EspeakVoice("wmd_f2", "en-gb-x-gbcwmd+f2", pitch=75, speed=165),
+    EspeakVoice("rp_m5", "en-gb-x-rp+m5", pitch=30, speed=155),
+    EspeakVoice("scot_f4", "en-gb-scotland+f4", pitch=60, speed=170),
+    EspeakVoice("us_m8", "en-us+m8", pitch=50, speed=150),
+    EspeakVoice("car_f1", "en-029+f1", pitch=85, speed=175),
+    EspeakVoice("nyc_m1", "en-us-nyc+m1", pitch=60, speed=185),
+    EspeakVoice("gb_f5", "en-gb+f5", pitch=45, speed=190),
+    EspeakVoice("wmd_m3", "en-gb-x-gbcwmd+m3", pitch=20, speed=165),
+    EspeakVoice("lan_f3", "en-gb-x-gbclan+f3", pitch=65, speed=155),
+    EspeakVoice("us_klatt", "en-us+klatt", pitch=45, speed=170),
+    EspeakVoice("rp_f1", "en-gb-x-rp+f1", pitch=50, speed=180),
+    EspeakVoice("gb_m6", "en-gb+m6", pitch=35, speed=185),
+    EspeakVoice("us_f3", "en-us+f3", pitch=70, speed=160),
+)
+HELD_OUT_VOICES = (
+    EspeakVoice("scot_m2", "en-gb-scotland+m2", pitch=40, speed=175),
+    EspeakVoice("nyc_f4", "en-us-nyc+f4", pitch=65, speed=165),
+    EspeakVoice("car_m7", "en-029+m7", pitch=30, speed=180),
+    EspeakVoice("wmd_f5", "en-gb-x-gbcwmd+f5", pitch=55, speed=170),
 )
 
 
@@ -193,7 +216,7 @@ def render_corpus(sentences: Sequence[Sentence], voices: Sequence[EspeakVoice] |
                   jobs: int = 2, seed: int = 0, progress: bool = True) -> RenderResult:
     """Render each sentence with its assigned voice into ``out_dir`` and write ``out_dir/list.txt``.
 
-    ``voices``: the voices, or how many of ``VOICES`` to use (2..8). ``jobs`` threads render at once, each
+    ``voices``: the voices, or how many of ``VOICES`` to use (2..24). ``jobs`` threads render at once, each
     with its own copy of the library. Existing wav files are kept (delete ``out_dir`` to re-render with
     changed voice settings).
     """
