@@ -170,3 +170,15 @@ def test_missing_espeak_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(espeak, "bundled_paths", broken)
     result = CliRunner().invoke(main, ["corpus", "espeak", "--out", str(tmp_path / "out"), "--sentences", "4"])
     assert result.exit_code == 2 and "espeakng-loader package is not installed" in result.output
+
+
+def test_exclude_keeps_evaluation_sentences_out(tmp_path: Path) -> None:
+    source = bundled_sentences()
+    excluded = tmp_path / "held_out.csv"
+    excluded.write_text("".join(f"{s.id}|{s.text}|{s.text}\n" for s in source[:28]), encoding="utf-8")
+    result = CliRunner().invoke(main, ["corpus", "espeak", "--out", str(tmp_path / "out"), "--exclude", str(excluded),
+                                       "--voices", "2", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "left out 28 of 32 sentences" in result.output
+    ids = {Path(line.split("|")[0]).stem for line in (tmp_path / "out" / "list.txt").read_text().splitlines()}
+    assert ids and not ids & {s.id for s in source[:28]}

@@ -25,18 +25,27 @@ def corpus_group() -> None:
               help="How many of the 24 built-in, clearly different espeak-ng voices to use (the first N).")
 @click.option("--held-out-voices", is_flag=True,
               help="Render with the 4 voices no base model trains on instead (zero-shot tests of voice cloning).")
+@click.option("--exclude", "exclude", multiple=True, type=click.Path(dir_okay=False),
+              help="A transcripts / metadata file ('id|text...') whose sentences are left out, by id and by text: keep "
+                   "the sentences a model is evaluated on out of its base corpus (repeatable).")
 @click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True,
               help="Clips rendered at once (threads, each with its own copy of the bundled espeak-ng library).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sentence sample and voice assignment.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 @clean_errors(ValueError, OSError, EspeakMissingError, EspeakRenderError)
 def espeak_command(transcripts: str | None, out_dir: str, sentences: int | None, voices: int, held_out_voices: bool,
-                   jobs: int, seed: int, no_progress: bool) -> None:
+                   exclude: tuple[str, ...], jobs: int, seed: int, no_progress: bool) -> None:
     """Render sentences with several espeak-ng voices into a list corpus (each voice speaks its own share)."""
     from myxtts.data.espeak_corpus import (HELD_OUT_VOICES, bundled_sentences, read_transcripts, render_corpus,
                                            select_sentences)
 
     source = read_transcripts(transcripts) if transcripts else bundled_sentences()
+    if exclude:
+        left_out = [sentence for path in exclude for sentence in read_transcripts(path)]
+        ids, texts = {s.id for s in left_out}, {s.text.lower() for s in left_out}
+        kept = [s for s in source if s.id not in ids and s.text.lower() not in texts]
+        click.echo(f"left out {len(source) - len(kept)} of {len(source)} sentences ({', '.join(exclude)})")
+        source = kept
     chosen = select_sentences(source, sentences, seed=seed)
     result = render_corpus(chosen, list(HELD_OUT_VOICES) if held_out_voices else voices, out_dir, jobs=jobs,
                            seed=seed, progress=not no_progress)
