@@ -50,7 +50,7 @@ class DataConfig:
     num_buckets: int = 12  # buckets: number of (text, mel) shapes
     bucket_multiple: int = 8  # bucket boundaries are multiples of this (>= reduction factor)
     min_batch_size: int = 1  # buckets: a bucket never gets fewer items per batch than this
-    reference_frames: int = 128  # fixed length of the voice-conditioning reference mel
+    reference_frames: int = 256  # fixed length of the voice-conditioning reference mel (~3 s at 22050 Hz / hop 256)
     shuffle_buffer_size: int = 65536  # row indices (4 bytes each); >= utterances: a full uniform shuffle, else a
     # sliding window over a seeded permutation of the split (every window spans all speakers)
     seed: int = 1234
