@@ -10,6 +10,12 @@ another clip of the same speaker, Griffin-Lim vocoder, and ``learning_eval.measu
 Resemblyzer speaker similarity, duration error, focus rate, MCD-DTW (definitions in ``benchmarks/learning_eval.py``).
 The recordings' and their Griffin-Lim resynthesis' CER and speaker similarity are measured once, in the same run.
 
+Fine-tuning (``--init-from BASE``): every seed trains two runs chunk by chunk, alternating, so both meet the same
+machine load: ``scratch`` (random weights) and ``finetune`` (``training.init_from`` = BASE, with the
+``--finetune-set`` overrides, e.g. configs/finetune.yaml's learning rate). ``--train-clips N`` trains on the first N
+clips of an LJSpeech corpus only (the issue's "five minutes of a new voice": 48 clips); the held-out sentences are
+then chosen from the other clips (never trained on by either run, nor by the base: ``myxtts corpus espeak --exclude``).
+
 Writes ``OUT/<corpus>-<decoder>.json`` after every evaluation (machine, TensorFlow, environment, config, ceilings,
 one entry per seed with its points) and ``OUT/<corpus>-<decoder>.png`` (CER, speaker similarity, duration error and
 focus against training minutes). ``training.max_steps`` is set out of reach (the time budget ends each chunk), so
@@ -69,6 +75,22 @@ HELD_OUT_DEFAULT = {"bundled": 4, "ljspeech-mini": 30, "espeak": 30}  # bundled:
 OUT_OF_REACH_STEPS = 100_000_000  # training.max_steps: the time budget (training.max_minutes) ends every chunk
 
 
+def first_clips_corpus(source: Path, first: int, held_out: int, out: Path) -> tuple[Path, list[str]]:
+    """An LJSpeech folder of the first ``first`` clips of ``source`` (metadata order; wavs linked) and the ids held
+    out from the other clips (prepare's deterministic choice, ``validation_ids``)."""
+    from myxtts.data.prepare import validation_ids
+
+    lines = [line for line in (source / "metadata.csv").read_text(encoding="utf-8").splitlines() if line.strip()]
+    if first >= len(lines):
+        sys.exit(f"Error: --train-clips {first} leaves no held-out clip of {len(lines)} in {source}.")
+    ids = [line.split("|")[0] for line in lines]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metadata.csv").write_text("\n".join(lines[:first]) + "\n", encoding="utf-8")
+    if not (out / "wavs").exists():
+        (out / "wavs").symlink_to((source / "wavs").resolve(), target_is_directory=True)
+    return out, validation_ids(ids[first:], held_out)
+
+
 def make_config(args, corpus: Path, corpus_format: str, cache_dir: Path):
     """The run config (decoder, held-out count, the corpus) and a note when the schedule had to change."""
     from myxtts.config import load_config
@@ -113,6 +135,22 @@ def evaluate_point(args, synthesizer, sets, judge) -> dict:
             "speaker_match": voice_match(synthesizer, held_out, pool, args.voice_texts, args.batch_size)}
 
 
+def measure_point(args, summary: dict, run_dir: Path, budget: float, wall_started: float, sets, judge) -> dict:
+    """One evaluation of a run's latest checkpoint, after a chunk of training."""
+    import tensorflow as tf
+
+    from myxtts.synthesis import Synthesizer
+
+    # what training.max_minutes counts: loop time of every chunk, without warm-up, validation or saving
+    trained = float(tf.train.load_variable(summary["checkpoint"], "trained_seconds/.ATTRIBUTES/VARIABLE_VALUE"))
+    synthesizer = Synthesizer.from_run(run_dir, length_scale=args.length_scale)
+    return {"step": summary["steps"], "training_minutes": trained / 60.0, "budget_minutes": budget,
+            "stopped": summary["stopped"], "warmup_seconds": summary["warmup_seconds"],
+            "wall_minutes": (time.perf_counter() - wall_started) / 60.0, "loss": summary["loss_last"],
+            "validation_loss": summary["validation_loss"], "load_average": list(os.getloadavg()),
+            **evaluate_point(args, synthesizer, sets, judge)}
+
+
 def describe(point: dict) -> str:
     def figure(split: str, key: str, spec: str) -> str:
         value = point[split][key] if point.get(split) else None
@@ -155,32 +193,53 @@ def main() -> None:
     parser.add_argument("--espeak-sentences", type=int, default=1000, help="the issue asks >= 1,000")
     parser.add_argument("--voices", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=4, help="synthesis batch size")
+    parser.add_argument("--init-from", default=None,
+                        help="a base run (e.g. pretrained/base-espeak-tiny): each seed also trains a fine-tuned run "
+                             "from it, chunk for chunk with the from-scratch one")
+    parser.add_argument("--finetune-set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="config override of the fine-tuned runs only")
+    parser.add_argument("--train-clips", type=int, default=None,
+                        help="train on the first N clips of the LJSpeech corpus only (held-out: from the others)")
     args = parser.parse_args()
     args.held_out = HELD_OUT_DEFAULT[args.corpus] if args.held_out is None else args.held_out
     minutes = evaluation_minutes(args)
 
-    from learning_eval import FOCUS_NOTE, SpeakerJudge, ceiling, evaluation_sets, plot
+    from learning_eval import FOCUS_NOTE, SpeakerJudge, ceiling, evaluation_sets, held_out_sets, plot
 
     from myxtts.data.prepare import prepare
     from myxtts.evaluation.evaluate import machine_description
     from myxtts.evaluation.listening import recognizer_available
     from myxtts.evaluation.speaker_encoder import speaker_encoder_available
-    from myxtts.synthesis import Synthesizer
     from myxtts.training import run
 
     if not recognizer_available():
         sys.exit("Error: the benchmark needs pocketsphinx: pip install -e '.[bench]'.")
     root = Path(args.workdir)
-    run_dirs = {seed: root / f"learning-{args.corpus}-{args.decoder}-seed{seed}" for seed in args.seeds}
+    arms = ["scratch", "finetune"] if args.init_from else ["scratch"]
+    name = f"{args.corpus}-{args.decoder}" + (f"-first{args.train_clips}" if args.train_clips else "")
+    run_dirs = {(arm, seed): root / f"learning-{name}-{arm}-seed{seed}" if args.init_from else
+                root / f"learning-{name}-seed{seed}" for arm in arms for seed in args.seeds}
     for run_dir in run_dirs.values():
         if (run_dir / "checkpoints").exists():
             sys.exit(f"Error: {run_dir} already holds a run; remove it or pass another --workdir.")
     corpus, corpus_format = corpus_source(args)
+    full_corpus, held_ids = corpus, None
+    if args.train_clips:
+        if corpus_format != "ljspeech":
+            sys.exit("Error: --train-clips takes the first clips of an LJSpeech corpus (bundled, ljspeech-mini).")
+        corpus, held_ids = first_clips_corpus(corpus, args.train_clips, args.held_out,
+                                              root / f"learning-{args.corpus}-first{args.train_clips}-corpus")
     # the split is not part of the cache's feature hash: one cache per held-out count
-    cfg, schedule_note = make_config(args, corpus, corpus_format,
-                                     root / f"learning-{args.corpus}-heldout{args.held_out}-cache")
+    cache = root / (f"learning-{args.corpus}-first{args.train_clips}-cache" if args.train_clips else
+                    f"learning-{args.corpus}-heldout{args.held_out}-cache")
+    cfg, schedule_note = make_config(args, corpus, corpus_format, cache)
+    if held_ids is not None:  # every clip of the folder trains; the held-out ones live in the full corpus
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, validation_size=0))
     print(prepare(cfg, progress=False).summary(), flush=True)
-    training, held_out, pool, source = evaluation_sets(cfg, args.train_sentences)
+    if held_ids is None:
+        training, held_out, pool, source = evaluation_sets(cfg, args.train_sentences)
+    else:
+        training, held_out, pool, source = held_out_sets(cfg, full_corpus, held_ids, args.train_sentences)
     if len(held_out) < args.held_out:
         print(f"note: only {len(held_out)} held-out clips ({source}), asked {args.held_out}", flush=True)
     similarity = speaker_encoder_available()
@@ -192,7 +251,16 @@ def main() -> None:
     judge = SpeakerJudge(held_out, cfg.audio.sample_rate) if similarity else None
     import tensorflow as tf
 
+    finetune_cfg = None
+    if args.init_from:
+        from myxtts.config import apply_overrides, config_from_dict
+
+        raw = apply_overrides(cfg.to_dict(), [f"training.init_from={Path(args.init_from).resolve()}",
+                                              *args.finetune_set])
+        finetune_cfg = config_from_dict(raw, base_dir=cfg.base_dir)
     report = {"corpus": args.corpus, "decoder": args.decoder, "data": str(corpus), "evaluate_at_minutes": minutes,
+              "arms": arms, "init_from": args.init_from, "finetune_set": args.finetune_set,
+              "train_clips": args.train_clips,
               "seeds": args.seeds, "length_scale": args.length_scale, "machine": machine_description(),
               "tensorflow": tf.__version__, "env": {key: os.environ.get(key) for key in ENV_KEYS},
               "config": cfg.to_dict(), "schedule_note": schedule_note, "focus_note": FOCUS_NOTE,
@@ -205,26 +273,23 @@ def main() -> None:
     print(f"ceiling (recordings / Griffin-Lim resynthesis): {report['ceiling']}", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    json_path, png_path = out / f"{args.corpus}-{args.decoder}.json", out / f"{args.corpus}-{args.decoder}.png"
+    json_path, png_path = out / f"{name}.json", out / f"{name}.png"
     wall_started = time.perf_counter()
     for seed in args.seeds:
-        run_dir = run_dirs[seed]
-        entry = {"seed": seed, "run_dir": str(run_dir), "points": []}
-        report["runs"].append(entry)
+        entries = {arm: {"seed": seed, "arm": arm, "run_dir": str(run_dirs[arm, seed]), "points": []} for arm in arms}
+        report["runs"] += list(entries.values())
         for budget in minutes:
-            summary = run(with_seed(cfg, seed, budget), run_dir, resume=bool(entry["points"]), progress=False)
-            # what training.max_minutes counts: loop time of every chunk, without warm-up, validation or saving
-            trained = float(tf.train.load_variable(summary["checkpoint"], "trained_seconds/.ATTRIBUTES/VARIABLE_VALUE"))
-            synthesizer = Synthesizer.from_run(run_dir, length_scale=args.length_scale)
-            point = {"step": summary["steps"], "training_minutes": trained / 60.0, "budget_minutes": budget,
-                     "stopped": summary["stopped"], "warmup_seconds": summary["warmup_seconds"],
-                     "wall_minutes": (time.perf_counter() - wall_started) / 60.0, "loss": summary["loss_last"],
-                     "validation_loss": summary["validation_loss"], "load_average": list(os.getloadavg()),
-                     **evaluate_point(args, synthesizer, (training, held_out, pool), judge)}
-            entry["points"].append(point)
-            print(f"seed {seed}: {describe(point)}", flush=True)
-            json_path.write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
-            plot(report, png_path)
+            for arm in arms:  # alternated chunk by chunk: both runs meet the same machine load
+                entry, run_dir = entries[arm], run_dirs[arm, seed]
+                arm_cfg = finetune_cfg if arm == "finetune" else cfg
+                summary = run(with_seed(arm_cfg, seed, budget), run_dir, resume=bool(entry["points"]),
+                              progress=False)
+                point = measure_point(args, summary, run_dir, budget, wall_started, (training, held_out, pool),
+                                      judge)
+                entry["points"].append(point)
+                print(f"seed {seed} {arm}: {describe(point)}", flush=True)
+                json_path.write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+                plot(report, png_path)
     print(f"wrote {json_path} and {png_path}")
 
 

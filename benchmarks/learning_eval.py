@@ -39,6 +39,18 @@ def evaluation_sets(cfg, train_count: int):
     return interleaved[:train_count], held_out, pool, source
 
 
+def held_out_sets(cfg, full_corpus: Path, held_ids: list[str], train_count: int):
+    """``evaluation_sets`` when the training folder holds only the training clips (``--train-clips``): the held-out
+    clips (``held_ids``) and the reference pool come from the full corpus."""
+    from myxtts.data.corpus import read_corpus
+
+    pool = read_corpus(full_corpus, "ljspeech", cfg.data.language).entries
+    trained = {e.id for e in read_corpus(cfg.corpus_path, cfg.data.corpus_format, cfg.data.language).entries}
+    held = set(held_ids)
+    training = [e for e in pool if e.id in trained][:train_count]
+    return training, [e for e in pool if e.id in held], pool, f"{len(held)} clips of {full_corpus} not in training"
+
+
 class SpeakerJudge:
     """Resemblyzer embeddings of the held-out real clips, per speaker; scores an output of a sentence against the
     mean of its speaker's other held-out clips."""
@@ -216,8 +228,9 @@ def plot(report: dict, path: Path) -> None:
                 values = [p[split][key] if p.get(split) and p[split][key] is not None else np.nan
                           for p in run["points"]]
                 if minutes and not all(np.isnan(values)):
+                    arm = f"{run['arm']} " if run.get("arm") and len(report.get("arms", [])) > 1 else ""
                     axis.plot(minutes, values, style, color=color, alpha=alpha,
-                              label=f"seed {run['seed']} {split.replace('_', '-')}")
+                              label=f"{arm}seed {run['seed']} {split.replace('_', '-')}")
         held = report["ceiling"]["held_out"]
         if ceiling_key and held.get(f"recordings_{ceiling_key}") is not None:
             axis.axhline(held[f"recordings_{ceiling_key}"], color="gray", linestyle=":", label="recordings (held-out)")
