@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import bundled_wavs
 from test_train import trainer_config, write_config
 
 # the parallel decoder at test size (the warm start itself is decoder-agnostic; the AR decoder is checked below)
@@ -202,3 +204,35 @@ def test_freeze_names_are_checked_against_the_model(make_config):
         model = build_model(make_config(model={"decoder": decoder, "d_model": 32, "num_heads": 2}), 40)
         top = {layer.name for layer in model.layers}
         assert top == set(MODEL_MODULES), decoder
+
+
+def test_pack_ships_the_model_alone_and_both_synthesis_and_warm_start_take_it(source_run, tmp_path):
+    from click.testing import CliRunner
+
+    from myxtts.cli import main
+    from myxtts.model import build_model
+    from myxtts.synthesis import Synthesizer
+    from myxtts.training.warm_start import warm_start
+
+    packed = tmp_path / "packed"
+    result = CliRunner().invoke(main, ["pack", "--run", str(source_run), "--out", str(packed)])
+    assert result.exit_code == 0, result.output
+    record = json.loads((packed / "model.json").read_text())
+    assert record["step"] == 6 and record["checkpoint"] == "ckpt-6" and record["training_minutes"] > 0
+    size = sum(p.stat().st_size for p in (packed / "checkpoints").iterdir())
+    trained = sum(p.stat().st_size for p in (source_run / "checkpoints").glob("ckpt-6.*"))
+    assert size < 0.5 * trained  # the weights without Adam's two slots per variable
+    assert {"config.yaml", "vocab.json", "mel_stats.json", "corpus.json"} <= {p.name for p in packed.iterdir()}
+    text, reference = "The model reads this sentence.", bundled_wavs(3)[2]
+    original = Synthesizer.from_run(source_run).synthesize_detailed([text], reference)[0]
+    shipped_synthesizer = Synthesizer.from_run(packed)
+    shipped = shipped_synthesizer.synthesize_detailed([text], reference)[0]
+    np.testing.assert_allclose(shipped.mel, original.mel, atol=1e-5)
+    cfg, vocabulary = shipped_synthesizer.cfg, shipped_synthesizer.vocabulary
+    run_cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, init_from=str(packed)))
+    model = build_model(run_cfg, len(vocabulary))
+    warm_start(run_cfg, model, vocabulary, ["en"], tmp_path, echo=lambda _: None, record=False)
+    source = _weights(Synthesizer.from_run(source_run).model)
+    assert all(np.array_equal(value, source[key]) for key, value in _weights(model).items())
+    again = CliRunner().invoke(main, ["pack", "--run", str(source_run), "--out", str(packed)])
+    assert again.exit_code == 2 and "already holds a packed model" in again.output

@@ -200,4 +200,21 @@ def serve_command(run_dir, voice_specs, host, port, batch_size, max_characters) 
     serve(engine, host=host, port=port)
 
 
-COMMANDS = [synthesize_command, evaluate_command, export_command, serve_command]
+@click.command("pack")
+@click.option("--run", "run_dir", required=True, type=click.Path(file_okay=False, exists=True),
+              help="Training run directory.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Folder of the packed model (e.g. pretrained/my-voice).")
+@clean_errors(ValueError, OSError)
+def pack_command(run_dir: str, out_dir: str) -> None:
+    """A run's newest model, without optimizer state, as a folder to ship: synthesize --run and train --init-from
+    take it."""
+    from myxtts.synthesis.loading import pack_run
+
+    record = pack_run(run_dir, out_dir)
+    minutes = "" if record["training_minutes"] is None else f", {record['training_minutes']:.1f} training minutes"
+    click.echo(f"packed step {record['step']}{minutes} ({record['parameters']:,} parameters, "
+               f"{record['bytes'] / 1e6:.1f} MB of weights) into {out_dir}")
+
+
+COMMANDS = [synthesize_command, evaluate_command, export_command, serve_command, pack_command]

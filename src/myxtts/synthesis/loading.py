@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 
 from myxtts.config import Config, load_config
@@ -185,7 +186,7 @@ def load_model_from_run(run_dir: str | Path, config: str | Path | None = None
 
 
 def save_run(run_dir: str | Path, cfg: Config, model: TTSModel, vocabulary: Vocabulary,
-             mel_stats: MelStats | None = None) -> str:
+             mel_stats: MelStats | None = None, step: int = 0) -> str:
     """Write a run directory in the trainer's layout (config, vocabulary, mel statistics, one checkpoint); returns
     its prefix. ``mel_stats``: default the config's prepared cache's (RunError without a cache).
 
@@ -203,4 +204,54 @@ def save_run(run_dir: str | Path, cfg: Config, model: TTSModel, vocabulary: Voca
     mel_stats.save(run_dir / MEL_STATS_FILE)
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(run_dir / CHECKPOINT_DIR),
                                          max_to_keep=1)
-    return manager.save(checkpoint_number=0)
+    return manager.save(checkpoint_number=step)
+
+
+def _relative_paths(config_path: Path) -> None:
+    """The config's paths inside the current folder (a repository) made relative to the config's own folder, so a
+    packed model works from any clone."""
+    import os
+
+    import yaml
+
+    raw = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    here = Path.cwd().resolve()
+    if not config_path.parent.resolve().is_relative_to(here):
+        return
+    for section, key in (("data", "corpus_path"), ("data", "cache_dir"), ("training", "init_from")):
+        value = raw.get(section, {}).get(key)
+        if value and Path(value).is_absolute() and Path(value).resolve().is_relative_to(here):
+            raw[section][key] = os.path.relpath(Path(value).resolve(), config_path.parent.resolve())
+    config_path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+
+
+def pack_run(run_dir: str | Path, out_dir: str | Path) -> dict:
+    """A run as a model to ship (``myxtts pack``): config, vocabulary, mel statistics, the corpus summary and the
+    newest checkpoint's model weights only (no optimizer state: a third of the size), in the run-directory layout,
+    so ``synthesize --run OUT`` and ``train --init-from OUT`` take it. Writes and returns ``OUT/model.json``."""
+    import json
+    import shutil
+
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    if out_dir.exists() and any(out_dir.glob(f"{CHECKPOINT_DIR}/*.index")):
+        raise RunError(f"{out_dir} already holds a packed model; remove its checkpoints/ folder or choose another "
+                       "--out.")
+    cfg, model, vocabulary = load_model_from_run(run_dir)
+    checkpoint = latest_checkpoint(run_dir)
+    step = int(checkpoint.rsplit("-", 1)[-1]) if checkpoint.rsplit("-", 1)[-1].isdigit() else 0
+    try:
+        trained_seconds = float(tf.train.load_variable(checkpoint, "trained_seconds/.ATTRIBUTES/VARIABLE_VALUE"))
+    except (tf.errors.NotFoundError, ValueError):
+        trained_seconds = None
+    prefix = save_run(out_dir, cfg, model, vocabulary, load_run_mel_stats(run_dir, cfg), step=step)
+    _relative_paths(out_dir / CONFIG_FILE)
+    for extra in ("corpus.json", "init_from.json"):
+        if (run_dir / extra).is_file():
+            shutil.copyfile(run_dir / extra, out_dir / extra)
+    record = {"source_run": str(run_dir.resolve()), "source_checkpoint": checkpoint, "checkpoint": Path(prefix).name,
+              "step": step, "training_minutes": None if trained_seconds is None else trained_seconds / 60.0,
+              "parameters": int(sum(int(np.prod(v.shape)) for v in model.trainable_weights)),
+              "decoder": cfg.model.decoder, "preset": cfg.model.preset,
+              "bytes": sum(p.stat().st_size for p in (out_dir / CHECKPOINT_DIR).iterdir())}
+    (out_dir / "model.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
+    return record
