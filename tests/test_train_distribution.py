@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from test_train import trainer_config, write_config
+from test_train import TINY_TINY_AR, trainer_config, write_config
 
 MIRRORED = r"""
 import os, sys
@@ -83,13 +83,13 @@ print("WORKER_OK", summary["steps"], summary["loss_last"])
 """
 
 
-def _config(prepared, tmp_path, buckets=False):
+def _config(prepared, tmp_path, buckets=False, model=None):
     # fixed padding: one signature, batch 4, divisible by 2 replicas; buckets: the mini plan's frame budget, whose
     # single-device batch sizes (7, 5, 3, 2) do not divide by 2: per-replica sizes from budget / 2 do
     # (2 buckets: the point is budget-sized, unequal-length buckets on replicas, not how many; each costs a warm-up)
     data = {"num_buckets": 2, "batch_frames": 2400, "batch_size": 8} if buckets else \
         {"pad_to_fixed_length": True, "batch_size": 4, "max_mel_frames": 880}
-    cfg = trainer_config(prepared, data=data, model={"dropout": 0.0},
+    cfg = trainer_config(prepared, data=data, model={**(model or {}), "dropout": 0.0},
                          training={"max_steps": 4 if buckets else 2, "validate_every": 100, "summary_every": 0,
                                    "checkpoint_every": 2, "log_every": 1})
     return write_config(cfg, tmp_path / "dist.yaml")
@@ -101,7 +101,9 @@ def test_mirrored_two_logical_devices(prepared_cache, tmp_path, mode):
     script = tmp_path / "mirrored.py"
     script.write_text(MIRRORED)
     tests_dir = os.path.dirname(__file__)
-    config = _config(prepared_cache, tmp_path, buckets=mode == "trainer_buckets")  # mixed/XLA: one fixed shape
+    # mixed/XLA: one fixed shape; the single-device comparison checks both decoders
+    config = _config(prepared_cache, tmp_path, buckets=mode == "trainer_buckets",
+                     model=TINY_TINY_AR if mode == "update_equals_single_device" else None)
     if mode == "update_equals_single_device":  # both decoders
         from test_parallel_model import parallel_config
         parallel = write_config(parallel_config(prepared_cache, model={"dropout": 0.0}), tmp_path / "parallel.yaml")

@@ -13,11 +13,10 @@ import pytest
 import tensorflow as tf
 
 from conftest import bundled_wavs
-from test_train import trainer_config, write_config
+from test_train import TINY_TINY, TINY_TINY_AR, trainer_config, write_config
 
-# the parallel decoder at test size (the warm start itself is decoder-agnostic; the AR decoder is checked below)
-SMALL = {"decoder": "parallel", "reduction_factor": 1, "decoder_layers": None, "prenet_dim": None,
-         "decoder_conv_blocks": 2}
+# the trainer tests' parallel model (test_train.TINY_TINY); another decoder is checked below
+SMALL: dict = {}
 
 
 def _config(prepared, model=None, training=None):
@@ -132,8 +131,7 @@ def test_a_grown_symbol_set_gets_fresh_rows_for_the_new_symbols_only(prepared_ca
 @pytest.mark.parametrize("change, message", [
     ({"model": {"d_model": 48}}, "model.d_model: source 32, this run 48"),
     ({"model": {"decoder_conv_blocks": 3}}, "model.decoder_conv_blocks: source 2, this run 3"),
-    ({"model": {**{k: v for k, v in SMALL.items()}, "decoder": "autoregressive", "reduction_factor": 2,
-                "decoder_conv_blocks": None, "decoder_layers": 1, "prenet_dim": 32}}, "parallel decoder"),
+    ({"model": TINY_TINY_AR}, "parallel decoder"),
 ])
 def test_another_model_is_a_clear_error_naming_the_difference(prepared_cache, source_run, tmp_path, change, message):
     from myxtts.training import run
@@ -162,15 +160,17 @@ def test_bad_sources_are_clear_errors(prepared_cache, source_run, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert "No checkpoint" in attempt(empty)
-    # a checkpoint prefix works as a source; the run's own directory does not
-    prefix = tf.train.latest_checkpoint(str(source_run / "checkpoints"))
-    cfg = _config(prepared_cache, training={"init_from": prefix, "max_steps": 2})
-    from myxtts.training import Trainer
+    # a checkpoint prefix works as a source, and so does the checkpoints folder
+    from myxtts.model import build_model
+    from myxtts.synthesis.loading import load_model_from_run
+    from myxtts.training.warm_start import warm_start
 
-    trainer = Trainer(cfg, tmp_path / "from-prefix", progress=False, echo=lambda _: None)
-    trainer.stage_config(), trainer.stage_data(), trainer.stage_model(), trainer.stage_checkpoint()
-    trainer.release_locks()
-    assert trainer.init_from["checkpoint"] == prefix
+    _, _, vocabulary = load_model_from_run(source_run)
+    prefix = tf.train.latest_checkpoint(str(source_run / "checkpoints"))
+    for source in (prefix, str(source_run / "checkpoints")):
+        cfg = _config(prepared_cache, training={"init_from": source})
+        result = warm_start(cfg, build_model(cfg, len(vocabulary)), vocabulary, ["en"], tmp_path, record=False)
+        assert result["checkpoint"] == prefix
 
 
 def test_text_front_end_checks():
@@ -200,10 +200,10 @@ def test_freeze_names_are_checked_against_the_model(make_config):
         make_config(training={"freeze": list(MODEL_MODULES)})
     with pytest.raises(ValueError, match="expected a list"):
         make_config(training={"freeze": "decoder"})
-    for decoder in ("parallel", "autoregressive"):  # the config's module list is the model's
-        model = build_model(make_config(model={"decoder": decoder, "d_model": 32, "num_heads": 2}), 40)
+    for model_keys in (TINY_TINY, TINY_TINY_AR):  # the config's module list is the model's, for both decoders
+        model = build_model(make_config(model=model_keys), 40)
         top = {layer.name for layer in model.layers}
-        assert top == set(MODEL_MODULES), decoder
+        assert top == set(MODEL_MODULES), model_keys["decoder"]
 
 
 def test_pack_ships_the_model_alone_and_both_synthesis_and_warm_start_take_it(source_run, tmp_path):
