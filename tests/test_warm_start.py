@@ -236,3 +236,14 @@ def test_pack_ships_the_model_alone_and_both_synthesis_and_warm_start_take_it(so
     assert all(np.array_equal(value, source[key]) for key, value in _weights(model).items())
     again = CliRunner().invoke(main, ["pack", "--run", str(source_run), "--out", str(packed)])
     assert again.exit_code == 2 and "already holds a packed model" in again.output
+
+
+def test_the_fine_tuning_recipe_builds_the_base_recipes_model():
+    from myxtts.config import load_config
+    from myxtts.training.warm_start import check_compatible
+
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    base, finetune = load_config(configs / "base-espeak.yaml"), load_config(configs / "finetune.yaml")
+    check_compatible(finetune, base, "ckpt", "the base recipe")  # raises naming any key that differs
+    assert finetune.init_from == (configs.parent / "pretrained" / "base-espeak-tiny").resolve()
+    assert base.data.reference_frames == finetune.data.reference_frames >= 256  # ~3 s references
