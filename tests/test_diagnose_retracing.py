@@ -13,9 +13,7 @@ from click.testing import CliRunner
 from myxtts.cli import main
 from myxtts.config import config_from_dict, load_config, save_config
 
-# the tiny preset cut to one layer per stack: warm-up traces every bucket's step, keep it short
-TINY_TINY = {"preset": "tiny", "decoder": "autoregressive", "d_model": 32, "num_heads": 2, "ff_dim": 64, "text_layers": 1, "decoder_layers": 1,
-             "conditioning_layers": 1, "prenet_dim": 32, "postnet_channels": 32, "postnet_layers": 2}
+from test_train import TINY_TINY  # the tiny preset cut to one layer per stack: warm-up traces every bucket's step
 
 
 def write_config(prepared, path: Path, data=None, training=None) -> Path:
