@@ -1,0 +1,225 @@
+"""The config's sections: frozen dataclasses holding every key and its default (the one place for defaults), the
+``Config`` that groups them, and the keys of the original codebase that are rejected or moved."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+AUTOTUNE = -1  # value for num_workers / prefetch_buffer_size meaning "let tf.data decide"
+
+# the model's top-level modules (myxtts.model.tts.TTSModel; a test keeps the two in step): what training.freeze names
+MODEL_MODULES = ("text_encoder", "conditioning_encoder", "aligner", "duration_predictor", "decoder", "postnet")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Corpus, cache and input pipeline."""
+
+    corpus_path: str = "data/ljspeech-bundled"  # folder (ljspeech, vctk, libritts) or list file (list); relative to the config file
+    corpus_format: Literal["ljspeech", "list", "vctk", "libritts"] = "ljspeech"
+    cache_dir: str = "cache/ljspeech-bundled"  # prepared features; relative to the config file
+    language: str = "en"  # language of entries that name none: picks the cleaner / espeak voice; cached as a language id
+    min_duration: float = 0.5  # seconds; shorter clips are rejected at prepare
+    max_duration: float = 12.0  # seconds; longer clips are rejected at prepare
+    silence_threshold_db: float = -60.0  # a clip whose peak is below this (dBFS) is rejected as silent
+    validation_size: int = 2  # utterances held out for validation (taken deterministically)
+    # shape policy
+    pad_to_fixed_length: bool = False  # True: the old fixed padding; False: length buckets
+    max_text_length: int = 200  # tokens incl. bos/eos; longer entries are reported and skipped
+    max_mel_frames: int = 880  # frames; longer entries are reported and skipped
+    batch_size: int = 32  # fixed mode: the batch size; buckets: an upper bound per bucket
+    batch_frames: int = 12000  # buckets: mel-frame budget per batch (batch * bucket frames)
+    num_buckets: int = 12  # buckets: number of (text, mel) shapes
+    bucket_multiple: int = 8  # bucket boundaries are multiples of this (>= reduction factor)
+    min_batch_size: int = 1  # buckets: a bucket never gets fewer items per batch than this
+    reference_frames: int = 256  # fixed length of the voice-conditioning reference mel (~3 s at 22050 Hz / hop 256)
+    shuffle_buffer_size: int = 65536  # row indices (4 bytes each); >= utterances: a full uniform shuffle, else a
+    # sliding window over a seeded permutation of the split (every window spans all speakers)
+    seed: int = 1234
+    # loading
+    use_tf_native_loading: bool = False  # True: decode + mel with TF ops in the pipeline (no cache)
+    num_workers: int = AUTOTUNE  # num_parallel_calls of the parse map; -1 = AUTOTUNE
+    prefetch_buffer_size: int = AUTOTUNE  # batches prefetched at the end; -1 = AUTOTUNE
+    prefetch_to_gpu: bool = True  # prefetch to the accelerator as the last step when one exists
+    service_address: str = ""  # grpc://HOST:PORT of a tf.data service dispatcher: its workers run the pipeline
+
+
+@dataclass(frozen=True)
+class AudioConfig:
+    """Waveform and mel front-end (shared by prepare, the on-the-fly path and synthesis)."""
+
+    sample_rate: int = 22050
+    n_fft: int = 1024
+    win_length: int = 1024
+    hop_length: int = 256
+    n_mels: int = 80
+    fmin: float = 0.0
+    fmax: float = 8000.0
+    mel_power: float = 1.0  # 1: magnitude mel, 2: power mel
+    log_compression: Literal["natural", "log10", "none"] = "natural"
+    log_floor: float = 1e-5  # clip before the log
+    griffin_lim_iters: int = 32  # synthesis vocoder iterations
+
+
+@dataclass(frozen=True)
+class TextConfig:
+    cleaner: Literal["english", "basic"] = "english"  # english: numbers, abbreviations, currency
+    use_phonemes: bool = True  # IPA phonemes from espeak-ng (bundled by pip: espeakng-loader); false: characters
+    phoneme_language: str = "en-us"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    preset: Literal["tiny", "small", "base"] = "tiny"
+    # both read the text through durations from a learned alignment; parallel: all frames at once;
+    # autoregressive: reduction_factor frames per step from the previous ones
+    decoder: Literal["parallel", "autoregressive"] = "parallel"
+    # None: take the preset's value
+    d_model: int | None = None
+    num_heads: int | None = None
+    ff_dim: int | None = None
+    text_layers: int | None = None
+    decoder_layers: int | None = None
+    conditioning_layers: int | None = None
+    num_speaker_latents: int | None = None
+    prenet_dim: int | None = None
+    postnet_channels: int | None = None
+    postnet_layers: int | None = None
+    decoder_conv_blocks: int | None = None  # parallel decoder: residual dilated convolution blocks
+    # frames per decoder step; None: the decoder's own (parallel 1, the only value it takes; autoregressive 2)
+    reduction_factor: int | None = None
+    dropout: float = 0.1
+    max_attention_sequence_length: int = 1024  # positions table size; must cover text and decoder steps
+    mel_l2_weight: float = 0.0  # weight of an extra L2 mel loss after the postnet (0: L1 only)
+    # the aligner's forward-sum loss, the duration predictor's loss (MSE of log(1 + frames)),
+    # and the binarisation loss (soft alignment towards the hard one), ramped in linearly from
+    # binarization_start_step over binarization_ramp_steps optimizer steps
+    forward_sum_weight: float = 1.0
+    duration_weight: float = 1.0
+    binarization_weight: float = 1.0
+    binarization_start_step: int = 400
+    binarization_ramp_steps: int = 200
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    max_steps: int = 1000
+    max_minutes: float = 0.0  # stop and checkpoint after this many training minutes (resumes add up); 0: no limit
+    learning_rate: float = 1e-3
+    warmup_steps: int = 200
+    decay: Literal["cosine", "noam", "constant"] = "cosine"
+    min_learning_rate: float = 1e-5
+    weight_decay: float = 0.0
+    gradient_clip_norm: float = 1.0  # 0 disables clipping
+    gradient_accumulation_steps: int = 1
+    # optimizer steps per compiled call: K batches of one bucket run in one tf.function (a graph loop)
+    steps_per_execution: int = 1
+    mixed_precision: Literal["float32", "bfloat16", "float16"] = "float32"
+    enable_graph_mode: bool = True  # compiled tf.function steps (False: eager, for debugging only)
+    enable_xla_compilation: bool = False
+    enable_eager_debug: bool = False  # run every tf.function eagerly (tf.config.run_functions_eagerly)
+    strict_retracing: bool = False  # raise on any trace after warm-up
+    max_nonfinite_steps: int = 10  # stop after this many NaN/Inf steps in a row
+    log_every: int = 10
+    validate_every: int = 200
+    checkpoint_every: int = 200
+    keep_checkpoints: int = 3
+    summary_every: int = 500  # mel / alignment images and an audio sample (0 disables)
+    listen_sentences: int = 2  # validation sentences synthesised free-running at each validation (0 disables; max 4)
+    distribution: Literal["none", "mirrored", "multi_worker"] = "none"
+    seed: int = 1234
+    deterministic: bool = False  # tf.config.experimental.enable_op_determinism
+    # warm start: model weights of another run (its directory, or a checkpoint prefix / folder; relative to the
+    # config file); a fresh optimizer, step 0 and this config's schedule. Ignored by --resume of a saved run
+    init_from: str = ""
+    # model modules kept fixed (excluded from the optimizer): any of MODEL_MODULES
+    freeze: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    audio: AudioConfig = field(default_factory=AudioConfig)
+    text: TextConfig = field(default_factory=TextConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    # folder the relative paths are resolved against (the config file's folder); not a YAML key
+    base_dir: str = field(default=".", metadata={"internal": True})
+
+    # ---- derived -----------------------------------------------------------------------------
+    def resolve(self, path: str) -> Path:
+        """A path from the config, made absolute against the config file's folder."""
+        p = Path(os.path.expanduser(path))
+        return p if p.is_absolute() else (Path(self.base_dir) / p).resolve()
+
+    @property
+    def corpus_path(self) -> Path:
+        return self.resolve(self.data.corpus_path)
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.resolve(self.data.cache_dir)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain YAML-ready values (tuples as lists)."""
+        return {f.name: {key: list(value) if isinstance(value, tuple) else value
+                         for key, value in dataclasses.asdict(getattr(self, f.name)).items()}
+                for f in _sections()}
+
+    @property
+    def init_from(self) -> Path | None:
+        """training.init_from resolved against the config file's folder (None: start from random weights)."""
+        return self.resolve(self.training.init_from) if self.training.init_from else None
+
+    def feature_hash(self) -> str:
+        """Hash of every parameter the cached features depend on (audio, text, corpus, filters)."""
+        d = self.data
+        relevant = {
+            "audio": dataclasses.asdict(self.audio),
+            "text": dataclasses.asdict(self.text),
+            "corpus": [str(self.corpus_path), d.corpus_format, d.language],
+            "filters": [d.min_duration, d.max_duration, d.silence_threshold_db],
+            "format_version": 2,
+        }
+        relevant["audio"].pop("griffin_lim_iters")  # synthesis only
+        blob = json.dumps(relevant, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def replace(self, **sections: Any) -> "Config":
+        return dataclasses.replace(self, **sections)
+
+
+# Keys of the original codebase that would do nothing here: rejected, naming the replacement.
+REMOVED_KEYS: dict[str, str] = {
+    "data.enhanced_gpu_prefetch": "prefetch is always the last pipeline step; use data.prefetch_to_gpu "
+    "and data.prefetch_buffer_size",
+    "data.optimize_cpu_gpu_overlap": "features come from the prepared cache (myxtts prepare) and the "
+    "pipeline ends with prefetch; measure overlap with `myxtts diagnose pipeline`",
+    "data.cache_shard_size": "the cache stores one file per utterance (random access for the shuffle and for "
+    "references; see docs/architecture.md); nothing to size",
+    "data.auto_tune_performance": "use -1 (AUTOTUNE) for data.num_workers and data.prefetch_buffer_size",
+    "training.enhanced_gpu_prefetch": "use data.prefetch_to_gpu",
+    "training.optimize_cpu_gpu_overlap": "measure overlap with `myxtts diagnose pipeline`",
+    "training.auto_tune_performance": "use -1 (AUTOTUNE) for data.num_workers and data.prefetch_buffer_size",
+}
+
+# Keys users of the original system put in another section: moved, with a conflict check.
+MOVED_KEYS: dict[str, str] = {
+    "data.n_mels": "audio.n_mels",
+    "data.sample_rate": "audio.sample_rate",
+    "data.hop_length": "audio.hop_length",
+    "data.n_fft": "audio.n_fft",
+    "data.win_length": "audio.win_length",
+}
+
+
+def _sections() -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(Config) if not f.metadata.get("internal")]
+
+

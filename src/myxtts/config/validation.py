@@ -1,0 +1,134 @@
+"""Range and cross-key checks of a built ``Config``: ``validate`` raises ``ValueError`` naming the key."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from myxtts.config.sections import AUTOTUNE, MODEL_MODULES, Config, ModelConfig
+
+
+def _positive(cfg: Config, *paths: str) -> None:
+    for path in paths:
+        section, key = path.split(".")
+        value = getattr(getattr(cfg, section), key)
+        if value is not None and value <= 0:
+            raise ValueError(f"Config key '{path}' must be > 0, got {value}.")
+
+
+DEFAULT_REDUCTION_FACTOR = {"parallel": 1, "autoregressive": 2}
+
+
+def validate(cfg: Config) -> Config:
+    """Cross-field and range checks; raises ValueError naming the key. Returns the config with the defaults that
+    depend on other keys resolved (``model.reduction_factor`` by ``model.decoder``)."""
+    if cfg.model.reduction_factor is None:
+        cfg = cfg.replace(model=dataclasses.replace(cfg.model,
+                                                    reduction_factor=DEFAULT_REDUCTION_FACTOR[cfg.model.decoder]))
+    _positive(cfg, "data.max_text_length", "data.max_mel_frames", "data.batch_size", "data.batch_frames",
+              "data.num_buckets", "data.bucket_multiple", "data.min_batch_size", "data.reference_frames",
+              "data.shuffle_buffer_size", "data.min_duration",
+              "data.max_duration", "audio.sample_rate", "audio.n_fft", "audio.win_length",
+              "audio.hop_length", "audio.n_mels", "audio.log_floor", "audio.griffin_lim_iters",
+              "audio.mel_power", "model.d_model", "model.num_heads", "model.ff_dim",
+              "model.text_layers", "model.decoder_layers", "model.conditioning_layers",
+              "model.num_speaker_latents", "model.prenet_dim", "model.postnet_channels", "model.decoder_conv_blocks",
+              "model.reduction_factor", "model.max_attention_sequence_length",
+              "training.max_steps", "training.learning_rate", "training.gradient_accumulation_steps",
+              "training.steps_per_execution",
+              "training.max_nonfinite_steps", "training.log_every", "training.validate_every",
+              "training.checkpoint_every", "training.keep_checkpoints")
+    d, a, m, t = cfg.data, cfg.audio, cfg.model, cfg.training
+    for path, value in (("data.num_workers", d.num_workers), ("data.prefetch_buffer_size", d.prefetch_buffer_size)):
+        if value != AUTOTUNE and value < 1:
+            raise ValueError(f"Config key '{path}' must be >= 1 or -1 (AUTOTUNE), got {value}.")
+    if d.service_address and not re.fullmatch(r"(grpc://)?[\w.\-\[\]:]+:\d+", d.service_address):
+        raise ValueError(f"Config key 'data.service_address' must look like grpc://HOST:PORT (a tf.data service "
+                         f"dispatcher), got {d.service_address!r}.")
+    if d.min_duration >= d.max_duration:
+        raise ValueError(f"Config key 'data.min_duration' ({d.min_duration}) must be below "
+                         f"'data.max_duration' ({d.max_duration}).")
+    if t.steps_per_execution > 1:
+        if t.gradient_accumulation_steps > 1:
+            raise ValueError("Config keys 'training.steps_per_execution' and 'training.gradient_accumulation_steps' "
+                             "cannot both be > 1: a compiled call runs either K whole updates of one bucket or one "
+                             "micro-batch of an accumulation cycle. Set one of them to 1.")
+        if t.max_steps % t.steps_per_execution:
+            raise ValueError(f"Config key 'training.max_steps' ({t.max_steps}) must be a multiple of "
+                             f"'training.steps_per_execution' ({t.steps_per_execution}): every compiled call runs "
+                             "that many steps.")
+    if d.validation_size < 0:
+        raise ValueError("Config key 'data.validation_size' must be >= 0.")
+    if a.win_length > a.n_fft:
+        raise ValueError(f"Config key 'audio.win_length' ({a.win_length}) must be <= 'audio.n_fft' ({a.n_fft}).")
+    if not 0 <= a.fmin < a.fmax <= a.sample_rate / 2:
+        raise ValueError(f"Config keys 'audio.fmin'/'audio.fmax' must satisfy 0 <= fmin < fmax <= "
+                         f"sample_rate/2 = {a.sample_rate / 2}, got {a.fmin}/{a.fmax}.")
+    if d.bucket_multiple % m.reduction_factor:
+        raise ValueError(f"Config key 'data.bucket_multiple' ({d.bucket_multiple}) must be a multiple of "
+                         f"'model.reduction_factor' ({m.reduction_factor}) so every bucket holds whole "
+                         "decoder steps.")
+    if d.max_mel_frames % m.reduction_factor:
+        raise ValueError(f"Config key 'data.max_mel_frames' ({d.max_mel_frames}) must be a multiple of "
+                         f"'model.reduction_factor' ({m.reduction_factor}).")
+    if d.pad_to_fixed_length and d.batch_size * d.max_mel_frames <= 0:
+        raise ValueError("Config key 'data.batch_size' must be > 0 with data.pad_to_fixed_length.")
+    if not 0.0 <= m.dropout < 1.0:
+        raise ValueError(f"Config key 'model.dropout' must be in [0, 1), got {m.dropout}.")
+    _check_decoder_keys(m)
+    if m.mel_l2_weight < 0:
+        raise ValueError(f"Config key 'model.mel_l2_weight' must be >= 0, got {m.mel_l2_weight}.")
+    # the position table covers the text, and the autoregressive decoder's steps (the parallel one has none)
+    longest = d.max_text_length if m.decoder == "parallel" else \
+        max(d.max_text_length, d.max_mel_frames // m.reduction_factor + 1)
+    if m.max_attention_sequence_length < longest:
+        raise ValueError(f"Config key 'model.max_attention_sequence_length' ({m.max_attention_sequence_length}) "
+                         f"is below the longest sequence the model sees ({longest}: max_text_length"
+                         f"{'' if m.decoder == 'parallel' else ' or max_mel_frames / reduction_factor + 1'}).")
+    if t.min_learning_rate < 0 or t.min_learning_rate > t.learning_rate:
+        raise ValueError("Config key 'training.min_learning_rate' must be in [0, training.learning_rate].")
+    if t.max_minutes < 0:
+        raise ValueError(f"Config key 'training.max_minutes' must be >= 0 (0: no limit), got {t.max_minutes}.")
+    if t.warmup_steps < 0 or t.weight_decay < 0 or t.gradient_clip_norm < 0 or t.summary_every < 0:
+        raise ValueError("Config keys 'training.warmup_steps', 'training.weight_decay', "
+                         "'training.gradient_clip_norm' and 'training.summary_every' must be >= 0.")
+    if not 0 <= t.listen_sentences <= 4:
+        raise ValueError(f"Config key 'training.listen_sentences' must be in [0, 4] (validation sentences "
+                         f"synthesised at each validation; 0 disables), got {t.listen_sentences}.")
+    unknown = [name for name in t.freeze if name not in MODEL_MODULES]
+    if unknown:
+        raise ValueError(f"Config key 'training.freeze': {unknown[0]!r} is not a module of the model; modules: "
+                         f"{', '.join(MODEL_MODULES)}.")
+    if len(set(t.freeze)) != len(t.freeze):
+        raise ValueError(f"Config key 'training.freeze' names a module twice: {list(t.freeze)}.")
+    if set(t.freeze) == set(MODEL_MODULES):
+        raise ValueError("Config key 'training.freeze' names every module of the model: nothing would train.")
+    if t.enable_eager_debug and t.enable_xla_compilation:
+        raise ValueError("Config keys 'training.enable_eager_debug' and 'training.enable_xla_compilation' "
+                         "cannot both be true: eager functions are not compiled.")
+    if not t.enable_graph_mode and t.enable_xla_compilation:
+        raise ValueError("Config key 'training.enable_xla_compilation' needs 'training.enable_graph_mode: true'.")
+    return cfg
+
+
+# keys that only one decoder reads: set to anything but the default for the other decoder, they are rejected
+AUTOREGRESSIVE_ONLY_KEYS = ("decoder_layers", "prenet_dim")
+PARALLEL_ONLY_KEYS = ("decoder_conv_blocks",)
+
+
+def _check_decoder_keys(m: ModelConfig) -> None:
+    defaults = ModelConfig()
+    other = AUTOREGRESSIVE_ONLY_KEYS if m.decoder == "parallel" else PARALLEL_ONLY_KEYS
+    for key in other:
+        if getattr(m, key) != getattr(defaults, key):
+            raise ValueError(f"Config key 'model.{key}' ({getattr(m, key)!r}) does nothing with "
+                             f"'model.decoder: {m.decoder}'; remove it or choose the other decoder.")
+    if m.decoder == "parallel" and m.reduction_factor != 1:
+        raise ValueError(f"Config key 'model.reduction_factor' must be 1 with 'model.decoder: parallel' (it predicts "
+                         f"every frame at once), got {m.reduction_factor}.")
+    for key in ("forward_sum_weight", "duration_weight", "binarization_weight", "binarization_start_step",
+                "binarization_ramp_steps"):
+        if getattr(m, key) < 0:
+            raise ValueError(f"Config key 'model.{key}' must be >= 0, got {getattr(m, key)}.")
+
+
