@@ -243,8 +243,11 @@ def plot(report: dict, path: Path) -> None:
         axis.set_ylim(0, max(1.05, top) if key != "duration_error" else max(0.5, top))
         axis.grid(alpha=0.3)
         axis.legend(fontsize=6)
-    figure.suptitle(f"learning on {report['corpus']}: {report['decoder']} decoder, "
-                    f"{report['config']['model']['preset']} preset, {report['held_out']['count']} held-out sentences")
+    clips = f" (first {report['train_clips']} clips)" if report.get("train_clips") else ""
+    start = f", fine-tuned from {Path(report['init_from']).name} vs from scratch" if report.get("init_from") else ""
+    figure.suptitle(f"learning on {report['corpus']}{clips}: {report['decoder']} decoder, "
+                    f"{report['config']['model']['preset']} preset, {report['held_out']['count']} held-out "
+                    f"sentences{start}")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
