@@ -156,3 +156,12 @@ def test_a_client_leaving_mid_stream_does_not_disturb_the_server(server):
     while engine.queued() and time.monotonic() < deadline:  # the departed client's sentences are dropped
         time.sleep(0.1)
     assert engine.queued() == 0 and _health(url)["compiles_after_warmup"] == 0
+
+
+def test_a_voice_named_twice_takes_both_clips(tmp_path):
+    from myxtts.cli.synth_commands import _voices
+
+    first, second, third = (str(path) for path in bundled_wavs(3))
+    assert _voices((f"linda={first}", f"pair={second}", f"pair={third}")) == {"linda": [first], "pair": [second, third]}
+    with pytest.raises(ValueError, match="reference clip not found"):
+        _voices((f"pair={first}", f"pair={tmp_path / 'gone.wav'}"))

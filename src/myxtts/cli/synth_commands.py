@@ -158,22 +158,24 @@ def export_command(run_dir, out_dir, config_path, force) -> None:
                "mel_stats.json, export.json)")
 
 
-def _voices(specs: tuple[str, ...]) -> dict[str, str]:
-    voices = {}
+def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:
+    """``NAME=CLIP`` specs -> each name's clips (a name given twice: both clips, their speaker latents averaged)."""
+    voices: dict[str, list[str]] = {}
     for spec in specs:
         name, sep, clip = spec.partition("=")
         if not sep or not name.strip() or not clip.strip():
             raise ValueError(f"--voice {spec!r}: expected NAME=CLIP (e.g. --voice linda=ref.wav).")
         if not Path(clip).is_file():
             raise ValueError(f"--voice {spec!r}: reference clip not found: {clip}")
-        voices[name.strip()] = clip.strip()
+        voices.setdefault(name.strip(), []).append(clip.strip())
     return voices
 
 
 @click.command("serve")
 @click.option("--run", "run_dir", required=True, type=click.Path(file_okay=False), help="Training run directory.")
 @click.option("--voice", "voice_specs", multiple=True, required=True, metavar="NAME=CLIP",
-              help="A voice requests can ask for: its name and reference clip (repeat for more).")
+              help="A voice requests can ask for: its name and reference clip (repeat for more voices; a name "
+                   "repeated with another clip of the same speaker averages the two).")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to bind (127.0.0.1: this machine only; 0.0.0.0 exposes the server).")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)

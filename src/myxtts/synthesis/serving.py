@@ -95,7 +95,7 @@ def wav_header(sample_rate: int, data_bytes: int = 0xFFFFFFFF - 36) -> bytes:
 class SpeechEngine:
     """Owns a ``Synthesizer``; ``submit`` from any thread, audio comes back on the stream."""
 
-    def __init__(self, synthesizer: Synthesizer, voices: dict[str, "str | os.PathLike"], batch_size: int = 4,
+    def __init__(self, synthesizer: Synthesizer, voices: dict[str, "str | os.PathLike | list"], batch_size: int = 4,
                  max_characters: int = DEFAULT_MAX_CHARACTERS, vocoder_threads: int = 2):
         if not voices:
             raise ValueError("Give at least one voice (--voice NAME=CLIP.wav): requests choose one by name.")
