@@ -98,6 +98,18 @@ def check_manifest(cache_dir: Path, expected_hash: str,
     return manifest, ""
 
 
+CORPUS_FILE = "corpus.json"  # a run's corpus summary (written by the trainer, read by warm starts and model cards)
+
+
+def corpus_summary(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What a run trains on: languages, speaker count, utterances per split, hours of audio."""
+    summary = {"languages": list(manifest["languages"]), "speakers": len(manifest["speakers"]),
+               "utterances": {split: len(ids) for split, ids in manifest["splits"].items()}}
+    if "hours" in manifest:
+        summary["hours"] = manifest["hours"]
+    return summary
+
+
 def manifest_mel_stats(cache_dir: Path, manifest: dict[str, Any]) -> MelStats:
     """The train split's per-bin mel statistics stored in ``manifest`` (``mel_stats``); CacheError naming the
     manifest when they are missing or malformed."""

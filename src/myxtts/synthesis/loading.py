@@ -245,7 +245,7 @@ def pack_run(run_dir: str | Path, out_dir: str | Path) -> dict:
         trained_seconds = None
     prefix = save_run(out_dir, cfg, model, vocabulary, load_run_mel_stats(run_dir, cfg), step=step)
     _relative_paths(out_dir / CONFIG_FILE)
-    for extra in ("corpus.json", "init_from.json"):
+    for extra in ("corpus.json", "init_from.json"):  # data.cache.CORPUS_FILE, training.warm_start.INIT_FROM_FILE
         if (run_dir / extra).is_file():
             shutil.copyfile(run_dir / extra, out_dir / extra)
     record = {"source_run": str(run_dir.resolve()), "source_checkpoint": checkpoint, "checkpoint": Path(prefix).name,

@@ -18,6 +18,7 @@ Run directory (what ``myxtts.synthesis`` relies on)::
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import shutil
@@ -97,7 +98,7 @@ class Trainer:
             save_config(self.cfg, self.workdir / "config.yaml")
 
     def stage_data(self) -> None:
-        from myxtts.data.cache import VOCAB_FILE
+        from myxtts.data.cache import CORPUS_FILE, VOCAB_FILE, corpus_summary
         from myxtts.data.mel_stats import MEL_STATS_FILE
         from myxtts.data.pipeline import InputPipeline
         from myxtts.text import Vocabulary
@@ -118,7 +119,8 @@ class Trainer:
         if self.chief:
             shutil.copyfile(vocab_path, self.workdir / "vocab.json")
             self.mel_stats.save(self.workdir / MEL_STATS_FILE)
-            write_corpus_summary(self.workdir, self.train_pipeline.source.manifest)
+            corpus = corpus_summary(self.train_pipeline.source.manifest)  # read by a warm start from this run
+            (self.workdir / CORPUS_FILE).write_text(json.dumps(corpus, indent=1, ensure_ascii=False), encoding="utf-8")
         # the iterator is checkpointed with the model (its position and shuffle state)
         self.iterator = iter(self.train_pipeline.dataset(repeat=True))
 
@@ -357,19 +359,6 @@ class Trainer:
             "init_from": self.init_from["checkpoint"] if self.init_from else None, "frozen_variables": len(self.frozen),
             "checkpoint": self.checkpoints.latest,
         }
-
-
-def write_corpus_summary(workdir: Path, manifest: dict) -> None:
-    """``RUN_DIR/corpus.json``: what the run trains on (languages, speakers, utterances per split), read by a warm
-    start from this run and by model cards."""
-    import json
-
-    summary = {"languages": list(manifest["languages"]), "speakers": len(manifest["speakers"]),
-               "utterances": {split: len(ids) for split, ids in manifest["splits"].items()}}
-    for key in ("hours", "train_hours"):
-        if key in manifest:
-            summary[key] = manifest[key]
-    (workdir / "corpus.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False), encoding="utf-8")
 
 
 def check_block_alignment(start_step: int, max_steps: int, steps_per_execution: int) -> None:

@@ -77,8 +77,10 @@ def find_source(path: Path) -> Source:
 
 def source_languages(source_cfg: Config, folders: list[Path]) -> list[str]:
     """The languages the source was trained on: its ``corpus.json`` (written by the trainer), else its config."""
+    from myxtts.data.cache import CORPUS_FILE
+
     for folder in folders:
-        path = folder / "corpus.json"
+        path = folder / CORPUS_FILE
         if path.is_file():
             try:
                 return list(json.loads(path.read_text(encoding="utf-8"))["languages"])
