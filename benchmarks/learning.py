@@ -198,6 +198,8 @@ def main() -> None:
                              "from it, chunk for chunk with the from-scratch one")
     parser.add_argument("--finetune-set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="config override of the fine-tuned runs only")
+    parser.add_argument("--arms", nargs="+", choices=("scratch", "finetune"), default=None,
+                        help="with --init-from: which runs to train (default both, alternated chunk by chunk)")
     parser.add_argument("--train-clips", type=int, default=None,
                         help="train on the first N clips of the LJSpeech corpus only (held-out: from the others)")
     args = parser.parse_args()
@@ -215,8 +217,11 @@ def main() -> None:
     if not recognizer_available():
         sys.exit("Error: the benchmark needs pocketsphinx: pip install -e '.[bench]'.")
     root = Path(args.workdir)
-    arms = ["scratch", "finetune"] if args.init_from else ["scratch"]
-    name = f"{args.corpus}-{args.decoder}" + (f"-first{args.train_clips}" if args.train_clips else "")
+    if args.arms and not args.init_from:
+        sys.exit("Error: --arms chooses between the from-scratch and the fine-tuned runs; give --init-from.")
+    arms = (args.arms or ["scratch", "finetune"]) if args.init_from else ["scratch"]
+    name = (f"{args.corpus}-{args.decoder}" + (f"-first{args.train_clips}" if args.train_clips else "")
+            + ("-from-base" if args.init_from else ""))
     run_dirs = {(arm, seed): root / f"learning-{name}-{arm}-seed{seed}" if args.init_from else
                 root / f"learning-{name}-seed{seed}" for arm in arms for seed in args.seeds}
     for run_dir in run_dirs.values():

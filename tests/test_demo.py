@@ -18,15 +18,15 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_demo_prepares_trains_synthesizes_and_summarizes(tmp_path: Path) -> None:
-    raw = yaml.safe_load((REPO / "configs" / "mini.yaml").read_text(encoding="utf-8"))
+    raw = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text(encoding="utf-8"))
     raw["data"]["corpus_path"] = str(REPO / "data" / "ljspeech-bundled")
     raw["data"]["cache_dir"] = str(tmp_path / "cache")
     raw["data"]["num_buckets"] = 2
-    config = tmp_path / "mini.yaml"
+    raw["training"]["init_from"] = str(REPO / "pretrained" / "base-espeak-tiny")  # the shipped base model
+    config = tmp_path / "demo.yaml"
     config.write_text(yaml.safe_dump(raw), encoding="utf-8")
     # listening while training (its own warm-up, pocketsphinx at the final validation) is test_train_listening's
-    shrink = ["--set", "model.text_layers=1", "--set", "model.decoder_conv_blocks=2", "--set", "model.postnet_layers=2",
-              "--set", "training.summary_every=0", "--set", "training.listen_sentences=0"]
+    shrink = ["--set", "training.summary_every=0", "--set", "training.listen_sentences=0"]
     run_dir = tmp_path / "run"
 
     result = CliRunner().invoke(main, ["demo", "--config", str(config), "--workdir", str(run_dir), "--steps", "6",
@@ -45,6 +45,8 @@ def test_demo_prepares_trains_synthesizes_and_summarizes(tmp_path: Path) -> None
     assert samples.size > 22050 * 0.5  # a plausible length for a sentence, not an empty file
     assert np.abs(samples).max() > 100  # not silent
     assert (run_dir / "tensorboard").is_dir() and (run_dir / "metrics.jsonl").is_file()
+    # fine-tuned from the shipped base, not trained from scratch
+    assert json.loads((run_dir / "init_from.json").read_text(encoding="utf-8"))["source_step"] > 0
     # what the demo heard: the durations, recognizer CER next to the recordings', a held-out sentence, a plot
     assert "alignment:                  predicted durations" in out and "frames per token" in out
     assert "CER (pocketsphinx):         all" in out and "their recordings" in out

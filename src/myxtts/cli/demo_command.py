@@ -1,6 +1,6 @@
 """`myxtts demo`: the README's first command, end to end on the bundled corpus.
 
-Stages: prepare (validated cache) -> batching report (fixed vs buckets) -> train the tiny preset briefly
+Stages: prepare (validated cache) -> batching report (fixed vs buckets) -> train briefly (the demo config fine-tunes the shipped base)
 -> synthesize a sentence and a few training sentences with a reference clip, measure the alignment and
 (with pocketsphinx) what a recognizer hears -> diagnostics summary (traces, fill, throughput, input wait,
 alignment focus, CER). Each stage calls the library; this module only sequences them and prints.
@@ -41,7 +41,8 @@ def _batching_report(cfg) -> dict:
 @click.option("--steps", type=click.IntRange(min=1), default=None,
               help="Training steps (default: training.max_steps of the config).")
 @click.option("--text", default=DEMO_TEXT, show_default=False, help="Sentence to synthesize.")
-@click.option("--fresh", is_flag=True, help="Start training from scratch even if the workdir has a checkpoint.")
+@click.option("--fresh", is_flag=True,
+              help="Train again (from training.init_from if set, else from scratch) even if the workdir has a checkpoint.")
 @click.option("--listen-sentences", type=click.IntRange(min=0), default=TRAINING_SENTENCES, show_default=True,
               help="Training sentences synthesized and listened to next to their recordings (0: only --text).")
 @clean_errors(ValueError, OSError)

@@ -225,6 +225,14 @@ def _relative_paths(config_path: Path) -> None:
     config_path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
 
 
+def _portable(path: Path) -> str:
+    """A path inside the current folder (a repository) relative to it, so a shipped record names no machine."""
+    import os
+
+    resolved = path.resolve()
+    return os.path.relpath(resolved, Path.cwd()) if resolved.is_relative_to(Path.cwd().resolve()) else str(resolved)
+
+
 def pack_run(run_dir: str | Path, out_dir: str | Path) -> dict:
     """A run as a model to ship (``myxtts pack``): config, vocabulary, mel statistics, the corpus summary and the
     newest checkpoint's model weights only (no optimizer state: a third of the size), in the run-directory layout,
@@ -248,7 +256,8 @@ def pack_run(run_dir: str | Path, out_dir: str | Path) -> dict:
     for extra in ("corpus.json", "init_from.json"):  # data.cache.CORPUS_FILE, training.warm_start.INIT_FROM_FILE
         if (run_dir / extra).is_file():
             shutil.copyfile(run_dir / extra, out_dir / extra)
-    record = {"source_run": str(run_dir.resolve()), "source_checkpoint": checkpoint, "checkpoint": Path(prefix).name,
+    record = {"source_run": _portable(run_dir), "source_checkpoint": _portable(Path(checkpoint)),
+              "checkpoint": Path(prefix).name,
               "step": step, "training_minutes": None if trained_seconds is None else trained_seconds / 60.0,
               "parameters": int(sum(int(np.prod(v.shape)) for v in model.trainable_weights)),
               "decoder": cfg.model.decoder, "preset": cfg.model.preset,
