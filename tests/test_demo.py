@@ -26,7 +26,8 @@ def test_demo_prepares_trains_synthesizes_and_summarizes(tmp_path: Path) -> None
     config = tmp_path / "demo.yaml"
     config.write_text(yaml.safe_dump(raw), encoding="utf-8")
     # listening while training (its own warm-up, pocketsphinx at the final validation) is test_train_listening's
-    shrink = ["--set", "training.summary_every=0", "--set", "training.listen_sentences=0"]
+    shrink = ["--set", "training.summary_every=0", "--set", "training.listen_sentences=0",
+              "--set", "training.log_every=1"]
     run_dir = tmp_path / "run"
 
     result = CliRunner().invoke(main, ["demo", "--config", str(config), "--workdir", str(run_dir), "--steps", "6",
@@ -47,6 +48,10 @@ def test_demo_prepares_trains_synthesizes_and_summarizes(tmp_path: Path) -> None
     assert (run_dir / "tensorboard").is_dir() and (run_dir / "metrics.jsonl").is_file()
     # fine-tuned from the shipped base, not trained from scratch
     assert json.loads((run_dir / "init_from.json").read_text(encoding="utf-8"))["source_step"] > 0
+    # and the base already speaks: the first step's mel L1 on these real clips is about half a fresh model's
+    # (measured: 0.60-0.67 from the base; 1.21 with training.init_from='' on the same corpus and model)
+    first = json.loads((run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert first["split"] == "train" and first["step"] == 1 and first["mel_l1_before"] < 0.85, first
     # what the demo heard: the durations, recognizer CER next to the recordings', a held-out sentence, a plot
     assert "alignment:                  predicted durations" in out and "frames per token" in out
     assert "CER (pocketsphinx):         all" in out and "their recordings" in out
