@@ -1,7 +1,7 @@
 """`myxtts demo`: the README's first command, end to end on the bundled corpus.
 
-Stages: prepare (validated cache) -> batching report (fixed vs buckets) -> train briefly (the demo config fine-tunes the shipped base)
--> synthesize a sentence and a few training sentences with a reference clip, measure the alignment and
+Stages: prepare (validated cache) -> batching report (fixed vs buckets) -> train briefly (configs/demo.yaml
+fine-tunes the shipped base) -> synthesize a sentence and a few training sentences with a reference clip, measure the alignment and
 (with pocketsphinx) what a recognizer hears -> diagnostics summary (traces, fill, throughput, input wait,
 alignment focus, CER). Each stage calls the library; this module only sequences them and prints.
 """
