@@ -55,6 +55,10 @@ def test_init_from_copies_weights_fresh_optimizer_frozen_modules_stay_resume_exa
 
     source_dir = tmp_path / "source"  # a copy: deleted before the resume below
     shutil.copytree(source_run, source_dir, ignore=shutil.ignore_patterns("run.lock"))
+    # the source's normalisation made unlike this corpus' (a base trained on other voices): the warm start keeps it
+    stats = json.loads((source_dir / "mel_stats.json").read_text())
+    stats["mean"] = [m + 0.5 for m in stats["mean"]]
+    (source_dir / "mel_stats.json").write_text(json.dumps(stats))
     before = _digest(source_dir)
     _, source_model, _ = load_model_from_run(source_dir)
     source = _weights(source_model)
@@ -72,7 +76,8 @@ def test_init_from_copies_weights_fresh_optimizer_frozen_modules_stay_resume_exa
     record = json.loads((tmp_path / "run" / "init_from.json").read_text())
     assert record["checkpoint"].endswith("ckpt-6") and record["source_step"] == 6
     assert record["frozen"] == ["text_encoder", "aligner"] and record["new_symbols"] == []
-    assert record["variables"] == len(source)
+    assert record["variables"] == len(source) and record["mel_stats"] == "source"
+    assert json.loads((tmp_path / "run" / "mel_stats.json").read_text()) == stats
     _, tuned_model, _ = load_model_from_run(tmp_path / "run")
     tuned = _weights(tuned_model)
     frozen = [k for k in tuned if k.startswith(("text_encoder/", "aligner/"))]
@@ -98,6 +103,7 @@ def test_init_from_copies_weights_fresh_optimizer_frozen_modules_stay_resume_exa
     summary = run(_config(prepared_cache, training={**settings, "init_from": str(source_dir)}), tmp_path / "halves",
                   resume=True, progress=False, echo=lambda _: None)
     assert summary["resumed_from"].endswith("ckpt-2") and summary["init_from"] is None
+    assert json.loads((tmp_path / "halves" / "mel_stats.json").read_text()) == stats  # its own copy, kept
     resumed = _weights(load_model_from_run(tmp_path / "halves")[1])
     assert resumed.keys() == tuned.keys()
     assert all(np.array_equal(tuned[k], resumed[k]) for k in tuned)
@@ -171,6 +177,25 @@ def test_bad_sources_are_clear_errors(prepared_cache, source_run, tmp_path):
         cfg = _config(prepared_cache, training={"init_from": source})
         result = warm_start(cfg, build_model(cfg, len(vocabulary)), vocabulary, ["en"], tmp_path, record=False)
         assert result["checkpoint"] == prefix
+
+
+def test_the_normalisation_a_warm_start_reads(prepared_cache, source_run, tmp_path):
+    from myxtts.data.mel_stats import MelStats
+    from myxtts.training.warm_start import WarmStartError, warm_start_mel_stats
+
+    source_stats = MelStats.load(source_run / "mel_stats.json")
+    for source in (source_run, source_run / "checkpoints", tf.train.latest_checkpoint(str(source_run / "checkpoints"))):
+        kept = warm_start_mel_stats(_config(prepared_cache, training={"init_from": str(source)}), tmp_path, False)
+        np.testing.assert_array_equal(kept.mean, source_stats.mean)
+    own = _config(prepared_cache, training={"init_from": str(source_run), "init_mel_stats": "corpus"})
+    assert warm_start_mel_stats(own, tmp_path, False) is None  # the pipeline then reads the manifest's
+    assert warm_start_mel_stats(_config(prepared_cache), tmp_path, False) is None  # no warm start
+    bare = tmp_path / "bare"  # a run directory without its statistics: which normalisation is unknown
+    shutil.copytree(source_run, bare, ignore=shutil.ignore_patterns("run.lock", "mel_stats.json"))
+    with pytest.raises(WarmStartError, match="no mel_stats.json beside .*init_mel_stats: corpus"):
+        warm_start_mel_stats(_config(prepared_cache, training={"init_from": str(bare)}), tmp_path, False)
+    with pytest.raises(ValueError, match="init_mel_stats"):
+        _config(prepared_cache, training={"init_mel_stats": "base"})
 
 
 def test_text_front_end_checks():

@@ -138,6 +138,9 @@ class TrainingConfig:
     # warm start: model weights of another run (its directory, or a checkpoint prefix / folder; relative to the
     # config file); a fresh optimizer, step 0 and this config's schedule. Ignored by --resume of a saved run
     init_from: str = ""
+    # a warm start's mel normalisation: "source" keeps the statistics the source was trained with (its model already
+    # reads and writes that scale), "corpus" uses this corpus' own (prepare's manifest)
+    init_mel_stats: Literal["source", "corpus"] = "source"
     # model modules kept fixed (excluded from the optimizer): any of MODEL_MODULES
     freeze: tuple[str, ...] = ()
 

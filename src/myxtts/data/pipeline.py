@@ -55,6 +55,7 @@ import tensorflow as tf
 from myxtts.config import AUTOTUNE
 from myxtts.data.buckets import PLAN_FILE, BucketParams, BucketPlan, FillReport, log_misfits, plan_buckets
 from myxtts.data.cache import CacheError, FeatureCache, tf_read_utterance
+from myxtts.data.mel_stats import MelStats
 
 logger = logging.getLogger(__name__)
 
@@ -212,8 +213,9 @@ class InputPipeline:
     """Batches of the ``split`` ("train" or "validation") in the shapes of ``signatures()``."""
 
     def __init__(self, cfg: Any, split: str = "train", cache: FeatureCache | None = None, replicas: int = 1,
-                 steps_per_execution: int | None = None) -> None:
+                 steps_per_execution: int | None = None, mel_stats: MelStats | None = None) -> None:
         """``replicas``: devices each batch is split over; bucket batch sizes are then multiples of it.
+        ``mel_stats``: normalise with these rather than the manifest's (a warm start keeps its source's).
         ``steps_per_execution`` K (default: ``training.steps_per_execution`` for the train split, 1 for
         validation): K > 1 stacks K consecutive batches of one bucket into one element ``[K, batch, ...]``,
         what one compiled call of ``TrainingSteps`` trains on."""
@@ -228,6 +230,10 @@ class InputPipeline:
         d = cfg.data
         self.source = _WavSource(cfg) if d.use_tf_native_loading else _CacheSource(cfg, cache)
         s = self.source
+        if mel_stats is not None:  # read by the sources' parse maps, which are traced later
+            if mel_stats.n_mels != s.n_mels:
+                raise ValueError(f"mel statistics of {mel_stats.n_mels} bins for {s.n_mels}-bin mels.")
+            s.mel_stats = mel_stats
         self.mel_stats = s.mel_stats  # MelStats: batches hold (log mel - mean) / std; the trainer saves them
         self.plan = self._load_plan()
         self.row_buckets = self.plan.assign(s.token_lengths, s.mel_lengths)  # [utterances], -1 = fits no bucket

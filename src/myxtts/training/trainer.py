@@ -8,7 +8,8 @@ path but ``next(iterator)`` and the compiled call.
 Run directory (what ``myxtts.synthesis`` relies on)::
 
     WORKDIR/config.yaml  resolved config     WORKDIR/vocab.json   vocabulary of the cache
-    WORKDIR/mel_stats.json  the cache's per-bin mel mean / std: the model's mels are normalised with them
+    WORKDIR/mel_stats.json  per-bin mel mean / std the model's mels are normalised with (the cache's; a warm
+                         start's source's, training.init_mel_stats)
     WORKDIR/checkpoints/ model, optimizer, counters, data iterator
     WORKDIR/metrics.jsonl, WORKDIR/tensorboard/{train,validation,listening}/, WORKDIR/retraces.jsonl
     WORKDIR/corpus.json  languages, speakers, utterances per split of the training corpus
@@ -40,7 +41,7 @@ from myxtts.training.listening import Listener
 from myxtts.training.monitor import MetricsLog, StepTimer, TraceAccounting, format_summary
 from myxtts.training.schedule import make_optimizer
 from myxtts.training.steps import TrainingSteps, shape_key
-from myxtts.training.warm_start import freeze_modules, warm_start
+from myxtts.training.warm_start import freeze_modules, warm_start, warm_start_mel_stats
 
 logger = logging.getLogger(__name__)
 
@@ -106,11 +107,13 @@ class Trainer:
         # held while training: prepare cannot rewrite the cache under it (and a rebuild in progress is waited for)
         self.locks.append(lock_cache_for_reading(self.cfg.cache_dir, self.echo))
         replicas = self.strategy.num_replicas_in_sync  # bucket batches: replicas x a per-replica frame budget
-        self.train_pipeline = InputPipeline(self.cfg, "train", replicas=replicas)
+        # a warm start keeps its source's normalisation (training.init_mel_stats); None: the corpus' own
+        mel_stats = warm_start_mel_stats(self.cfg, self.workdir, self.resume)
+        self.train_pipeline = InputPipeline(self.cfg, "train", replicas=replicas, mel_stats=mel_stats)
         self.signatures = self.train_pipeline.signatures()
         # only fixed padding can still fail (data.batch_size)
         check_divisible(self.train_pipeline.batch_signatures(), replicas)
-        self.validation_pipeline = InputPipeline(self.cfg, "validation", replicas=replicas) \
+        self.validation_pipeline = InputPipeline(self.cfg, "validation", replicas=replicas, mel_stats=mel_stats) \
             if self.cfg.data.validation_size else None
         vocab_path = self.cfg.cache_dir / VOCAB_FILE
         self.vocabulary = Vocabulary.load(vocab_path)

@@ -9,8 +9,10 @@ read. What must agree, each checked with an error naming both sides:
 - the text: the vocabulary's kind (phonemes or characters), its language, and its symbols. Symbols the source
   lacks get fresh embedding rows (logged, and recorded); symbols the source has and this run lacks are an error.
 
-Each run normalises mels with its own corpus' statistics (``mel_stats.json``): the model reads and writes
-standardised mels, so a base trained on one corpus starts from standardised mels of the next one.
+Mel normalisation (``training.init_mel_stats``): by default the run keeps the source's statistics
+(``mel_stats.json``), the scale its model learned to read and write, so the first step starts where the source
+left off (a new voice is then an offset the model can learn, as the base's voices were); ``corpus`` uses this
+corpus' own statistics (standardised mels of the new voice: the first steps re-learn the scale).
 
 The run records its origin in ``RUN_DIR/init_from.json``; a resumed run restores its own checkpoint and never reads
 the source again.
@@ -141,6 +143,33 @@ def check_text(vocabulary: Any, source_vocabulary: Any, languages: list[str], so
     return [symbol for symbol in vocabulary.symbols if symbol not in source_vocabulary.symbol_to_id]
 
 
+def warm_start_mel_stats(cfg: Config, workdir: Path, resume: bool) -> Any:
+    """The mel statistics a warm-started run normalises with, or None for the corpus' own: the source's
+    (``training.init_mel_stats: source``), and on resume the run's own copy (``workdir/mel_stats.json``), so a
+    resumed run never reads the source again."""
+    from myxtts.synthesis.loading import RunError, find_mel_stats, load_run_mel_stats
+
+    record = Path(workdir) / INIT_FROM_FILE
+    if resume and record.is_file():  # a warm-started run resumed: the statistics it recorded at its start
+        try:
+            kept = json.loads(record.read_text(encoding="utf-8")).get("mel_stats") == "source"
+            return load_run_mel_stats(workdir, cfg) if kept else None
+        except (ValueError, AttributeError, RunError) as err:
+            raise WarmStartError(f"{record}: the warm-started run's record cannot be read ({err}).") from None
+    if cfg.init_from is None or cfg.training.init_mel_stats != "source":
+        return None
+    source = find_source(cfg.init_from)
+    for folder in source.folders:  # only the source's own files: never this config's cache
+        if (folder / "mel_stats.json").is_file():
+            try:
+                return find_mel_stats(cfg, folder)
+            except RunError as err:
+                raise WarmStartError(f"training.init_from: {err}") from None
+    raise WarmStartError(f"training.init_from: no mel_stats.json beside {source.checkpoint} (looked in "
+                         f"{', '.join(str(f) for f in source.folders)}), so the normalisation its model was trained "
+                         "with is unknown. Set training.init_mel_stats: corpus to use this corpus' statistics.")
+
+
 def _plain_path(variable: Any) -> str:
     """A variable's path without Keras' auto-name counters (``conv1d_7/kernel`` -> ``conv1d/kernel``), which depend
     on how many layers the process built before."""
@@ -201,7 +230,7 @@ def warm_start(cfg: Config, model: Any, vocabulary: Any, languages: list[str], w
     step = _checkpoint_step(source.checkpoint)
     result = {"source": str(source.given), "checkpoint": source.checkpoint, "source_step": step,
               "source_config": str(source.config_path), "variables": copied, "new_symbols": new_symbols,
-              "frozen": list(cfg.training.freeze)}
+              "frozen": list(cfg.training.freeze), "mel_stats": cfg.training.init_mel_stats}
     if not record:
         return result
     (Path(workdir) / INIT_FROM_FILE).write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
