@@ -1,8 +1,10 @@
-"""Learning-rate schedule: linear warm-up, then cosine / noam / constant decay, never below min lr."""
+"""The optimizer: AdamW with one fused kernel per variable, on a linear warm-up then cosine / noam / constant
+learning-rate schedule (never below min lr)."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -54,6 +56,39 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
                 "max_steps": self.max_steps, "decay": self.decay, "min_learning_rate": self.min_learning_rate}
 
 
+@keras.saving.register_keras_serializable(package="myxtts")
+class FusedAdamW(keras.optimizers.Adam):
+    """Keras' AdamW update (decoupled weight decay, then Adam) with TF's fused ``ResourceApplyAdam`` kernel.
+
+    The arithmetic is Keras' ``AdamW`` (same slots, same formula: ``var -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m /
+    (sqrt(v) + eps)`` after ``var -= var * weight_decay * lr``), but each variable costs a few graph ops instead
+    of ~25, and the schedule is evaluated once per update instead of once per variable (Keras' weight decay
+    reads ``self.learning_rate`` for each variable). A compiled train step traces its update ~5x faster, which
+    is most of a warm-up's time on a small model.
+    """
+
+    def __init__(self, learning_rate: Any, weight_decay: float, **kwargs: Any) -> None:
+        super().__init__(learning_rate=learning_rate, weight_decay=None, amsgrad=False, **kwargs)
+        self.decoupled_weight_decay = float(weight_decay)
+
+    def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
+        dtype = variable.dtype
+        lr = tf.cast(learning_rate, dtype)
+        if self.decoupled_weight_decay and self._use_weight_decay(variable):
+            variable.assign_sub(variable * tf.cast(self.decoupled_weight_decay, dtype) * lr)
+        step = tf.cast(self.iterations + 1, dtype)
+        index = self._get_variable_index(variable)
+        momentum, velocity = self._momentums[index], self._velocities[index]
+        tf.raw_ops.ResourceApplyAdam(
+            var=variable.handle, m=momentum.value.handle, v=velocity.value.handle,
+            beta1_power=tf.pow(tf.cast(self.beta_1, dtype), step), beta2_power=tf.pow(tf.cast(self.beta_2, dtype), step),
+            lr=lr, beta1=tf.cast(self.beta_1, dtype), beta2=tf.cast(self.beta_2, dtype),
+            epsilon=tf.cast(self.epsilon, dtype), grad=tf.cast(gradient, dtype), use_locking=False)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "weight_decay": self.decoupled_weight_decay}
+
+
 def make_optimizer(cfg: Config) -> keras.optimizers.Optimizer:
     """AdamW on the warm-up/decay schedule; float16 wraps it in Keras' dynamic LossScaleOptimizer.
 
@@ -61,8 +96,8 @@ def make_optimizer(cfg: Config) -> keras.optimizers.Optimizer:
     all-reduced, accumulated gradients), not by the optimizer.
     """
     t = cfg.training
-    optimizer = keras.optimizers.AdamW(learning_rate=WarmupDecay.from_training_config(t), weight_decay=t.weight_decay,
-                                       beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+    optimizer = FusedAdamW(learning_rate=WarmupDecay.from_training_config(t), weight_decay=t.weight_decay,
+                           beta_1=0.9, beta_2=0.98, epsilon=1e-9, name="adamw")
     if t.mixed_precision == "float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
