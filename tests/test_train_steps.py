@@ -262,7 +262,7 @@ def _compiled_apply(optimizer, variables):
     return tf.function(lambda grads: optimizer.apply(grads, variables))
 
 
-def test_fused_adamw_updates_exactly_like_keras_adamw_on_the_schedule():
+def test_fused_adamw_updates_like_keras_adamw_on_the_schedule_and_round_trips_its_config():
     """The trainer's optimizer (one fused kernel per variable) against Keras' AdamW: same slots, same arithmetic,
     over warm-up and decay, in a compiled step, with gradients of unequal scales per variable."""
     from myxtts.training.schedule import FusedAdamW, WarmupDecay
@@ -284,6 +284,8 @@ def test_fused_adamw_updates_exactly_like_keras_adamw_on_the_schedule():
             apply([tf.constant(g) for g in grads])
         finals.append([np.array(v.numpy()) for v in variables])
         assert int(optimizer.iterations.numpy()) == 6
+    again = FusedAdamW.from_config(optimizer.get_config())
+    assert again.decoupled_weight_decay == 0.05 and again.beta_2 == 0.98
     for keras_value, fused_value, start in zip(*finals, initial):
         assert not np.allclose(fused_value, start)  # it moved ...
         np.testing.assert_allclose(fused_value, keras_value, rtol=2e-6, atol=1e-7)  # ... as Keras' AdamW moves

@@ -147,7 +147,8 @@ def warm_start_mel_stats(cfg: Config, workdir: Path, resume: bool) -> Any:
     """The mel statistics a warm-started run normalises with, or None for the corpus' own: the source's
     (``training.init_mel_stats: source``), and on resume the run's own copy (``workdir/mel_stats.json``), so a
     resumed run never reads the source again."""
-    from myxtts.synthesis.loading import RunError, find_mel_stats, load_run_mel_stats
+    from myxtts.data.mel_stats import MEL_STATS_FILE
+    from myxtts.synthesis.loading import RunError, load_run_mel_stats
 
     record = Path(workdir) / INIT_FROM_FILE
     if resume and record.is_file():  # a warm-started run resumed: the statistics it recorded at its start
@@ -160,12 +161,12 @@ def warm_start_mel_stats(cfg: Config, workdir: Path, resume: bool) -> Any:
         return None
     source = find_source(cfg.init_from)
     for folder in source.folders:  # only the source's own files: never this config's cache
-        if (folder / "mel_stats.json").is_file():
+        if (folder / MEL_STATS_FILE).is_file():
             try:
-                return find_mel_stats(cfg, folder)
+                return load_run_mel_stats(folder, cfg)
             except RunError as err:
                 raise WarmStartError(f"training.init_from: {err}") from None
-    raise WarmStartError(f"training.init_from: no mel_stats.json beside {source.checkpoint} (looked in "
+    raise WarmStartError(f"training.init_from: no {MEL_STATS_FILE} beside {source.checkpoint} (looked in "
                          f"{', '.join(str(f) for f in source.folders)}), so the normalisation its model was trained "
                          "with is unknown. Set training.init_mel_stats: corpus to use this corpus' statistics.")
 
