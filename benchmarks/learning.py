@@ -200,6 +200,10 @@ def main() -> None:
                         help="config override of the fine-tuned runs only")
     parser.add_argument("--arms", nargs="+", choices=("scratch", "finetune"), default=None,
                         help="with --init-from: which runs to train (default both, alternated chunk by chunk)")
+    parser.add_argument("--variant-set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="without --init-from: each seed also trains a 'variant' run from scratch with these "
+                             "overrides, chunk for chunk with the plain one (a design compared at equal minutes)")
+    parser.add_argument("--variant-name", default="variant", help="with --variant-set: the name in the file names")
     parser.add_argument("--train-clips", type=int, default=None,
                         help="train on the first N clips of the LJSpeech corpus only (held-out: from the others)")
     args = parser.parse_args()
@@ -219,10 +223,13 @@ def main() -> None:
     root = Path(args.workdir)
     if args.arms and not args.init_from:
         sys.exit("Error: --arms chooses between the from-scratch and the fine-tuned runs; give --init-from.")
-    arms = (args.arms or ["scratch", "finetune"]) if args.init_from else ["scratch"]
+    if args.variant_set and args.init_from:
+        sys.exit("Error: --variant-set compares two from-scratch designs; it does not combine with --init-from.")
+    arms = ((args.arms or ["scratch", "finetune"]) if args.init_from else
+            ["scratch", "variant"] if args.variant_set else ["scratch"])
     name = (f"{args.corpus}-{args.decoder}" + (f"-first{args.train_clips}" if args.train_clips else "")
-            + ("-from-base" if args.init_from else ""))
-    run_dirs = {(arm, seed): root / f"learning-{name}-{arm}-seed{seed}" if args.init_from else
+            + ("-from-base" if args.init_from else "") + (f"-{args.variant_name}" if args.variant_set else ""))
+    run_dirs = {(arm, seed): root / f"learning-{name}-{arm}-seed{seed}" if len(arms) > 1 or args.init_from else
                 root / f"learning-{name}-seed{seed}" for arm in arms for seed in args.seeds}
     for run_dir in run_dirs.values():
         if (run_dir / "checkpoints").exists():
@@ -256,15 +263,19 @@ def main() -> None:
     judge = SpeakerJudge(held_out, cfg.audio.sample_rate) if similarity else None
     import tensorflow as tf
 
-    finetune_cfg = None
-    if args.init_from:
-        from myxtts.config import apply_overrides, config_from_dict
+    from myxtts.config import apply_overrides, config_from_dict
 
+    arm_configs = {"scratch": cfg}
+    if args.init_from:
         raw = apply_overrides(cfg.to_dict(), [f"training.init_from={Path(args.init_from).resolve()}",
                                               *args.finetune_set])
-        finetune_cfg = config_from_dict(raw, base_dir=cfg.base_dir)
+        arm_configs["finetune"] = config_from_dict(raw, base_dir=cfg.base_dir)
+    if args.variant_set:
+        arm_configs["variant"] = config_from_dict(apply_overrides(cfg.to_dict(), args.variant_set),
+                                                  base_dir=cfg.base_dir)
     report = {"corpus": args.corpus, "decoder": args.decoder, "data": str(corpus), "evaluate_at_minutes": minutes,
               "arms": arms, "init_from": args.init_from, "finetune_set": args.finetune_set,
+              "variant_set": args.variant_set,
               "train_clips": args.train_clips,
               "seeds": args.seeds, "length_scale": args.length_scale, "machine": machine_description(),
               "tensorflow": tf.__version__, "env": {key: os.environ.get(key) for key in ENV_KEYS},
@@ -286,8 +297,7 @@ def main() -> None:
         for budget in minutes:
             for arm in arms:  # alternated chunk by chunk: both runs meet the same machine load
                 entry, run_dir = entries[arm], run_dirs[arm, seed]
-                arm_cfg = finetune_cfg if arm == "finetune" else cfg
-                summary = run(with_seed(arm_cfg, seed, budget), run_dir, resume=bool(entry["points"]),
+                summary = run(with_seed(arm_configs[arm], seed, budget), run_dir, resume=bool(entry["points"]),
                               progress=False)
                 point = measure_point(args, summary, run_dir, budget, wall_started, (training, held_out, pool),
                                       judge)

@@ -92,6 +92,7 @@ class ModelConfig:
     postnet_channels: int | None = None
     postnet_layers: int | None = None
     decoder_conv_blocks: int | None = None  # parallel decoder: residual dilated convolution blocks
+    text_ff_kernel: int | None = None  # text encoder feed-forward: 1 position-wise, > 1 convolution over k tokens
     # frames per decoder step; None: the decoder's own (parallel 1, the only value it takes; autoregressive 2)
     reduction_factor: int | None = None
     dropout: float = 0.1

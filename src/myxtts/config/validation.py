@@ -33,12 +33,15 @@ def validate(cfg: Config) -> Config:
               "audio.mel_power", "model.d_model", "model.num_heads", "model.ff_dim",
               "model.text_layers", "model.decoder_layers", "model.conditioning_layers",
               "model.num_speaker_latents", "model.prenet_dim", "model.postnet_channels", "model.decoder_conv_blocks",
-              "model.reduction_factor", "model.max_attention_sequence_length",
+              "model.text_ff_kernel", "model.reduction_factor", "model.max_attention_sequence_length",
               "training.max_steps", "training.learning_rate", "training.gradient_accumulation_steps",
               "training.steps_per_execution",
               "training.max_nonfinite_steps", "training.log_every", "training.validate_every",
               "training.checkpoint_every", "training.keep_checkpoints")
     d, a, m, t = cfg.data, cfg.audio, cfg.model, cfg.training
+    if m.text_ff_kernel is not None and m.text_ff_kernel % 2 == 0:
+        raise ValueError(f"Config key 'model.text_ff_kernel' must be odd (a token reads as many neighbours on each "
+                         f"side), got {m.text_ff_kernel}.")
     for path, value in (("data.num_workers", d.num_workers), ("data.prefetch_buffer_size", d.prefetch_buffer_size)):
         if value != AUTOTUNE and value < 1:
             raise ValueError(f"Config key '{path}' must be >= 1 or -1 (AUTOTUNE), got {value}.")

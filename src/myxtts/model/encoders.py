@@ -28,7 +28,8 @@ class TextEncoder(keras.layers.Layer):
         # the table covers model.max_attention_sequence_length positions (validated against max_text_length)
         self.positions = tf.constant(sinusoid_table(dims.max_positions, dims.d_model))
         self.blocks = [TransformerBlock(dims.d_model, dims.num_heads, dims.ff_dim, dims.dropout, sites,
-                                        name=f"block_{i}") for i in range(dims.text_layers)]
+                                        ff_kernel=dims.text_ff_kernel, name=f"block_{i}")
+                       for i in range(dims.text_layers)]
         self.final_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="final_norm")
         self.site = sites()
 
@@ -46,8 +47,9 @@ class TextEncoder(keras.layers.Layer):
         x = x + tf.cast(self.positions[:text_len], x.dtype)[None]
         x = stateless_dropout(x, self.dims.dropout, training, seed, self.site)
         key_mask = mask[:, None, None, :]  # [B, 1, 1, T_text]
+        token_mask = mask[..., None]  # [B, T_text, 1]
         for block in self.blocks:
-            x = block(x, key_mask, training=training, seed=seed)
+            x = block(x, key_mask, sequence_mask=token_mask, training=training, seed=seed)
         x = self.final_norm(x)
         return x * tf.cast(mask[..., None], x.dtype)  # padded positions are exact zeros
 

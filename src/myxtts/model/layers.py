@@ -137,14 +137,29 @@ class MultiHeadAttention(keras.layers.Layer):
 
 
 class FeedForward(keras.layers.Layer):
-    def __init__(self, d_model: int, ff_dim: int, dropout: float, sites: SiteCounter, **kwargs):
+    """Position-wise (``kernel_size`` 1: two dense layers) or convolutional (FastSpeech / FastPitch's FFT block:
+    two 'same' convolutions over ``kernel_size`` neighbours, so each token also reads its neighbours)."""
+
+    def __init__(self, d_model: int, ff_dim: int, dropout: float, sites: SiteCounter, kernel_size: int = 1,
+                 **kwargs):
         super().__init__(**kwargs)
-        self.inner = keras.layers.Dense(ff_dim, activation="gelu", name="inner")
-        self.outer = keras.layers.Dense(d_model, name="outer")
+        self.kernel_size = kernel_size
+        if kernel_size == 1:
+            self.inner = keras.layers.Dense(ff_dim, activation="gelu", name="inner")
+            self.outer = keras.layers.Dense(d_model, name="outer")
+        else:
+            self.inner = keras.layers.Conv1D(ff_dim, kernel_size, padding="same", activation="gelu", name="inner")
+            self.outer = keras.layers.Conv1D(d_model, kernel_size, padding="same", name="outer")
         self.rate, self.site = dropout, sites()
 
-    def call(self, x, training=False, seed=None):
-        return self.outer(stateless_dropout(self.inner(x), self.rate, training, seed, self.site))
+    def call(self, x, sequence_mask=None, training=False, seed=None):
+        """x ``[B, T, d]``; sequence_mask ``[B, T, 1]`` (1 at real positions): a convolution must not read padding,
+        so its inputs are zeroed there (None: every position is real)."""
+        if self.kernel_size == 1 or sequence_mask is None:
+            return self.outer(stateless_dropout(self.inner(x), self.rate, training, seed, self.site))
+        mask = tf.cast(sequence_mask, x.dtype)
+        hidden = stateless_dropout(self.inner(x * mask), self.rate, training, seed, self.site)
+        return self.outer(hidden * mask)
 
 
 class TransformerBlock(keras.layers.Layer):
@@ -152,7 +167,7 @@ class TransformerBlock(keras.layers.Layer):
     feed-forward."""
 
     def __init__(self, d_model: int, num_heads: int, ff_dim: int, dropout: float, sites: SiteCounter,
-                 speaker_attention: bool = False, **kwargs):
+                 speaker_attention: bool = False, ff_kernel: int = 1, **kwargs):
         super().__init__(**kwargs)
         self.self_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="self_norm")
         self.self_attention = MultiHeadAttention(d_model, num_heads, dropout, sites, name="self_attention")
@@ -162,15 +177,15 @@ class TransformerBlock(keras.layers.Layer):
             self.speaker_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="speaker_norm")
             self.speaker_attention = MultiHeadAttention(d_model, num_heads, dropout, sites, name="speaker_attention")
         self.ff_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="ff_norm")
-        self.feed_forward = FeedForward(d_model, ff_dim, dropout, sites, name="feed_forward")
+        self.feed_forward = FeedForward(d_model, ff_dim, dropout, sites, kernel_size=ff_kernel, name="feed_forward")
         self.rate, self.site = dropout, sites()
 
     def _residual(self, x, update, training, seed, offset):
         return x + stateless_dropout(update, self.rate, training, seed, self.site * 16 + offset)
 
-    def call(self, x, self_mask, speaker=None, training=False, seed=None):
-        """x ``[B, T, d]``; self_mask ``[B or 1, 1, T or 1, T]``; speaker ``[B, K, d]`` (speaker latents, all real)
-        -> ``[B, T, d]``."""
+    def call(self, x, self_mask, speaker=None, sequence_mask=None, training=False, seed=None):
+        """x ``[B, T, d]``; self_mask ``[B or 1, 1, T or 1, T]``; speaker ``[B, K, d]`` (speaker latents, all real);
+        sequence_mask ``[B, T, 1]`` (what a convolutional feed-forward may read) -> ``[B, T, d]``."""
         h = self.self_norm(x)
         update, _ = self.self_attention(h, h, self_mask, training=training, seed=seed)
         x = self._residual(x, update, training, seed, 1)
@@ -178,7 +193,8 @@ class TransformerBlock(keras.layers.Layer):
             update, _ = self.speaker_attention(self.speaker_norm(x), speaker, all_visible(), training=training,
                                                seed=seed)
             x = self._residual(x, update, training, seed, 4)
-        return self._residual(x, self.feed_forward(self.ff_norm(x), training=training, seed=seed), training, seed, 3)
+        update = self.feed_forward(self.ff_norm(x), sequence_mask, training=training, seed=seed)
+        return self._residual(x, update, training, seed, 3)
 
     def step(self, x, step_index, layer_cache, speaker_kv=None):
         """One causal decoding position (inference, no dropout).
