@@ -51,6 +51,29 @@ def test_every_model_override_reaches_the_built_layers(make_config):
     assert out["mel_after"].shape == (1, 18, 80) and out["durations"].shape == (1, 6)
 
 
+def test_convolutional_text_feed_forward_reads_neighbours_never_padding(make_config):
+    """model.text_ff_kernel 3: each token's encoding depends on its neighbours (a position-wise feed-forward only
+    reaches them through attention), and what follows an item's last token (padding of any content) changes
+    nothing of its real encodings."""
+    from myxtts.model.encoders import TextEncoder
+    from myxtts.model.layers import SiteCounter
+
+    dims = resolve_dims(make_config(model={"preset": "tiny", "text_ff_kernel": 3}).model, VOCAB, 80)
+    encoder = TextEncoder(dims, SiteCounter(), embedding_stddev=dims.d_model ** -0.5)
+    tokens = np.random.default_rng(0).integers(3, VOCAB, size=(2, 14)).astype(np.int32)  # [batch, tokens]
+    lengths = tf.constant([14, 9], tf.int32)
+    encodings = encoder(tf.constant(tokens), lengths).numpy()  # [batch, tokens, d_model]
+    assert encoder.blocks[0].feed_forward.inner.kernel.shape == (3, dims.d_model, dims.ff_dim)
+    longer = np.concatenate([tokens, np.full((2, 5), 7, np.int32)], axis=1)  # 5 more padding columns, not pad ids
+    longer[1, 9:] = 11  # item 2's padding holds real-looking tokens
+    padded = encoder(tf.constant(longer), lengths).numpy()
+    np.testing.assert_allclose(padded[0, :14], encodings[0], atol=1e-5)
+    np.testing.assert_allclose(padded[1, :9], encodings[1, :9], atol=1e-5)
+    assert np.abs(padded[1, 9:]).max() == 0.0
+    with pytest.raises(ValueError, match="text_ff_kernel.*odd"):
+        make_config(model={"text_ff_kernel": 4})
+
+
 def test_inconsistent_sizes_are_rejected(make_config):
     with pytest.raises(ValueError, match="num_heads"):
         build_model(make_config(model={"preset": "tiny", "decoder": "autoregressive", "d_model": 30, "num_heads": 4}),
