@@ -34,14 +34,14 @@ def test_tiny_preset_is_small_and_overrides_win(make_config):
 def test_every_model_override_reaches_the_built_layers(make_config):
     overrides = {"d_model": 48, "num_heads": 3, "ff_dim": 72, "text_layers": 1, "decoder_layers": 3,
                  "conditioning_layers": 1, "num_speaker_latents": 5, "prenet_dim": 40, "postnet_channels": 24,
-                 "postnet_layers": 4, "reduction_factor": 3}
+                 "postnet_layers": 4, "reduction_factor": 3, "text_ff_kernel": 5}
     cfg = make_config(data={"bucket_multiple": 9, "max_mel_frames": 882},
                       model={"preset": "tiny", "decoder": "autoregressive", **overrides})
     model = build_model(cfg, VOCAB)
     assert {key: getattr(model.dims, key) for key in overrides} == overrides
     text, cond, dec, post = model.text_encoder, model.conditioning_encoder, model.decoder, model.postnet
     assert text.embedding.embeddings.shape == (VOCAB, 48) and len(text.blocks) == 1
-    assert text.blocks[0].feed_forward.inner.kernel.shape == (48, 72)
+    assert text.blocks[0].feed_forward.inner.kernel.shape == (5, 48, 72)
     assert text.blocks[0].self_attention.num_heads == 3
     assert len(cond.convs) == 1 and cond.latent_queries.shape == (5, 48)
     assert len(dec.blocks) == 3 and dec.prenet.layers_[0].kernel.shape == (3 * 80, 40)

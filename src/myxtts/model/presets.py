@@ -16,13 +16,13 @@ from myxtts.config import ModelConfig
 PRESETS: dict[str, dict[str, int]] = {
     "tiny": dict(d_model=128, num_heads=2, ff_dim=256, text_layers=2, decoder_layers=2,
                  conditioning_layers=2, num_speaker_latents=4, prenet_dim=128, postnet_channels=128,
-                 postnet_layers=3, decoder_conv_blocks=5, text_ff_kernel=1),
+                 postnet_layers=3, decoder_conv_blocks=5, text_ff_kernel=3),
     "small": dict(d_model=256, num_heads=4, ff_dim=1024, text_layers=4, decoder_layers=4,
                   conditioning_layers=3, num_speaker_latents=8, prenet_dim=256, postnet_channels=256,
-                  postnet_layers=5, decoder_conv_blocks=8, text_ff_kernel=1),
+                  postnet_layers=5, decoder_conv_blocks=8, text_ff_kernel=3),
     "base": dict(d_model=512, num_heads=8, ff_dim=2048, text_layers=6, decoder_layers=8,
                  conditioning_layers=4, num_speaker_latents=16, prenet_dim=256, postnet_channels=512,
-                 postnet_layers=5, decoder_conv_blocks=12, text_ff_kernel=1),
+                 postnet_layers=5, decoder_conv_blocks=12, text_ff_kernel=3),
 }
 
 POSTNET_KERNEL = 5  # frames seen by each postnet convolution
