@@ -223,6 +223,8 @@ def main() -> None:
     root = Path(args.workdir)
     if args.arms and not args.init_from:
         sys.exit("Error: --arms chooses between the from-scratch and the fine-tuned runs; give --init-from.")
+    if args.variant_name != "variant" and not args.variant_set:
+        sys.exit("Error: --variant-name names the run of --variant-set; give --variant-set SECTION.KEY=VALUE.")
     if args.variant_set and args.init_from:
         sys.exit("Error: --variant-set compares two from-scratch designs; it does not combine with --init-from.")
     arms = ((args.arms or ["scratch", "finetune"]) if args.init_from else

@@ -52,9 +52,8 @@ def test_every_model_override_reaches_the_built_layers(make_config):
 
 
 def test_convolutional_text_feed_forward_reads_neighbours_never_padding(make_config):
-    """model.text_ff_kernel 3: each token's encoding depends on its neighbours (a position-wise feed-forward only
-    reaches them through attention), and what follows an item's last token (padding of any content) changes
-    nothing of its real encodings."""
+    """model.text_ff_kernel 3 builds convolution kernels, and what follows an item's last token (padding columns of
+    any content, items of unequal lengths) changes nothing of its real encodings."""
     from myxtts.model.encoders import TextEncoder
     from myxtts.model.layers import SiteCounter
 
@@ -72,6 +71,21 @@ def test_convolutional_text_feed_forward_reads_neighbours_never_padding(make_con
     assert np.abs(padded[1, 9:]).max() == 0.0
     with pytest.raises(ValueError, match="text_ff_kernel.*odd"):
         make_config(model={"text_ff_kernel": 4})
+
+
+@pytest.mark.parametrize("kernel, reach", [(1, 0), (3, 2)])
+def test_the_feed_forward_reads_as_far_as_its_kernel(kernel, reach):
+    """A change at one token moves the feed-forward's output within ``reach`` tokens of it and nowhere else: two
+    convolutions of kernel 3 reach 2 tokens each way, the position-wise one only the token itself."""
+    from myxtts.model.layers import FeedForward, SiteCounter
+
+    feed_forward = FeedForward(16, 32, 0.0, SiteCounter(), kernel_size=kernel)
+    x = np.random.default_rng(1).normal(size=(1, 12, 16)).astype(np.float32)  # [batch, tokens, d]
+    mask = tf.ones([1, 12, 1])
+    before = feed_forward(tf.constant(x), mask).numpy()
+    x[0, 6] += 1.0
+    moved = np.abs(feed_forward(tf.constant(x), mask).numpy() - before).max(axis=-1)[0]  # [tokens]
+    assert set(np.flatnonzero(moved > 1e-6)) == set(range(6 - reach, 6 + reach + 1)), moved
 
 
 def test_inconsistent_sizes_are_rejected(make_config):
