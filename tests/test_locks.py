@@ -110,7 +110,9 @@ def test_startup_chatter_lines_are_recognised():
 # ---- real processes ---------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_second_train_on_a_workdir_fails_naming_the_first_and_kill_9_leaves_no_stale_lock(prepared_cache, tmp_path):
+def test_second_train_on_a_workdir_fails_naming_the_first_and_ctrl_c_stops_the_first_at_a_checkpoint(
+        prepared_cache, tmp_path):
+    """(That kill -9 leaves no stale lock: test_train_resume resumes into the directory of a run killed so.)"""
     from myxtts.config import save_config
 
     config = tmp_path / "config.yaml"
@@ -132,11 +134,31 @@ def test_second_train_on_a_workdir_fails_naming_the_first_and_kill_9_leaves_no_s
         assert "--workdir" in second.stderr  # what to do
         assert not any(marker in second.stderr for marker in CHATTER_MARKERS), second.stderr  # a quiet start
         assert first.poll() is None  # the first one goes on
+        # Ctrl-C once it trains: the step running finishes, a checkpoint is saved there, the exit status says so
+        _wait_for(lambda: _train_steps(workdir) or first.poll() is not None, 180, "the first training step")
+        first.send_signal(signal.SIGINT)
+        status = first.wait(120)
     finally:
-        first.send_signal(signal.SIGKILL)
-        first.wait(60)
-    lock = lock_run_directory(workdir)  # the kernel dropped the dead holder's lock: nothing to clean up
+        if first.poll() is None:
+            first.kill()
+            first.wait(60)
+    output = first_log.read_text()
+    assert status == 130, output[-3000:]
+    assert "SIGINT at step " in output and "Training summary" in output, output[-3000:]
+    step = int(output.split("SIGINT at step ")[1].split(":")[0])
+    assert step >= max(_train_steps(workdir))
+    saved = [int(p.name[len("ckpt-"):-len(".index")]) for p in (workdir / "checkpoints").glob("ckpt-*.index")]
+    assert max(saved) == step, saved  # the newest checkpoint is the step it stopped at
+    lock = lock_run_directory(workdir)  # released on the way out
     lock.release()
+
+
+def _train_steps(workdir: Path) -> list[int]:
+    """Steps of the training records in a run's metrics.jsonl (complete lines only)."""
+    path = workdir / "metrics.jsonl"
+    lines = path.read_text().splitlines(keepends=True) if path.is_file() else []
+    return [record["step"] for record in (json.loads(line) for line in lines if line.endswith("\n"))
+            if record["split"] == "train"]
 
 
 @pytest.mark.slow

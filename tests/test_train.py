@@ -191,3 +191,35 @@ def test_run_dir_holds_the_mel_stats_and_summaries_show_real_log_mels(prepared_c
     assert mel.shape == target.shape and audio is not None and np.all(np.isfinite(audio))
     # an untrained model's normalised output is near 0: denormalised, it sits at the corpus' level (mean ~ -5)
     assert abs(float(mel.mean()) - float(cache.mel_mean.mean())) < 2.0
+
+
+def test_a_signal_asks_the_loop_to_stop_and_a_second_one_acts_at_once():
+    """The trainer's stop request (its use end to end: test_locks): the first SIGINT is only recorded, the
+    second reaches the handler there was before (here Python's KeyboardInterrupt), and restore() puts it back."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from myxtts.training.interrupt import StopOnSignals, exit_code
+
+    assert threading.current_thread() is threading.main_thread()  # pytest and its workers run tests here
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever the test runner had
+    sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        interrupt = StopOnSignals()
+        interrupt.install()
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # Python runs the handler between bytecodes of the main thread
+            assert interrupt.requested == "SIGINT"
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)
+        finally:
+            interrupt.restore()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGTERM) is sigterm
+    finally:
+        signal.signal(signal.SIGINT, outer)
+    assert StopOnSignals(enabled=False).requested is None and (exit_code("SIGINT"), exit_code("SIGTERM")) == (130, 143)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -42,7 +43,11 @@ def train_command(config_path: str, workdir: str | None, resume: bool, init_from
     @clean_errors(*_known_errors())
     def go() -> dict:
         from myxtts.training import run
-        return run(cfg, workdir, resume=resume, progress=not no_progress, echo=click.echo)
+        from myxtts.training.interrupt import exit_code
+        summary = run(cfg, workdir, resume=resume, progress=not no_progress, echo=click.echo)
+        if summary["interrupted_by"]:  # stopped by Ctrl-C / SIGTERM at a checkpoint: not a finished run
+            sys.exit(exit_code(summary["interrupted_by"]))
+        return summary
 
     return go()
 

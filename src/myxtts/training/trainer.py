@@ -37,6 +37,7 @@ from myxtts.locks import lock_cache_for_reading, lock_run_directory
 from myxtts.training.checkpoint import Checkpoints
 from myxtts.training.device_feed import DeviceFeed, default_device
 from myxtts.training.distribute import check_divisible, is_chief, make_strategy
+from myxtts.training.interrupt import StopOnSignals
 from myxtts.training.listening import Listener
 from myxtts.training.monitor import MetricsLog, StepTimer, TraceAccounting, format_summary
 from myxtts.training.schedule import make_optimizer
@@ -228,8 +229,11 @@ class Trainer:
         if trained_before >= budget:  # a resume whose budget is already spent trains nothing
             stopped = "max_minutes"
             self.echo(f"training.max_minutes ({t.max_minutes:g}) already spent at step {step}; raise it to go on")
+        # Ctrl-C / SIGTERM: end of this step, checkpoint, stop (one worker of several cannot stop alone)
+        self.interrupt = StopOnSignals(enabled=t.distribution != "multi_worker")
+        self.interrupt.install()
         try:
-            while step < t.max_steps and stopped != "max_minutes":
+            while step < t.max_steps and stopped == "max_steps":
                 step_started = time.perf_counter()
                 batches = []
                 for _ in range(t.gradient_accumulation_steps):
@@ -266,8 +270,11 @@ class Trainer:
                 out_of_time = trained_before + time.perf_counter() - loop_started >= budget
                 if out_of_time and step < t.max_steps:
                     stopped = "max_minutes"
-                last = step == t.max_steps or stopped == "max_minutes"
-                if self.validation_pipeline is not None and (crossed(t.validate_every) or last):
+                if self.interrupt.requested and step < t.max_steps:
+                    stopped = "interrupted"
+                last = step == t.max_steps or stopped != "max_steps"
+                validate = crossed(t.validate_every) or last
+                if self.validation_pipeline is not None and validate and stopped != "interrupted":
                     validation_loss = self._validate(step, metrics)
                     if self.listener is not None:  # free-running synthesis: not training time (max_minutes, frames/s)
                         begin = time.perf_counter()
@@ -282,12 +289,17 @@ class Trainer:
                     self.echo(f"training.max_minutes ({t.max_minutes:g}) reached at step {step}: checkpoint saved; "
                               "--resume continues with the budget's remainder (raise max_minutes to go on)")
                     break
+                if stopped == "interrupted":
+                    self.echo(f"{self.interrupt.requested} at step {step}: the step finished and a checkpoint was "
+                              "saved; a resume (`myxtts train --resume`) continues from it exactly")
+                    break
                 if step < t.max_steps:
                     feed.refill()  # the next batch goes to the device while this step runs
         except NonFiniteLossError:
             stopped = "nonfinite"
             raise
         finally:
+            self.interrupt.restore()
             bar.close()
             metrics.close()
             elapsed = time.perf_counter() - loop_started
@@ -347,6 +359,7 @@ class Trainer:
         return {
             "steps": step, "steps_this_run": done, "updates": self.steps.update_step,
             "nonfinite_total": int(self.steps.nonfinite_total.numpy()), "stopped": stopped,
+            "interrupted_by": self.interrupt.requested if stopped == "interrupted" else None,
             "parameters": self.parameters, "batch_shapes": len(self.signatures),
             "replicas": self.strategy.num_replicas_in_sync,
             "traces": traces, "warmup_traces": sum(self.traces.warmup_counts.values()),
