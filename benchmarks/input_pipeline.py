@@ -33,7 +33,8 @@ import tensorflow as tf  # noqa: E402
 from myxtts.config import config_from_dict  # noqa: E402
 from myxtts.data.buckets import BucketParams, plan_buckets  # noqa: E402
 from myxtts.data.cache import FeatureCache  # noqa: E402
-from myxtts.data.pipeline import InputPipeline, _CacheSource, _WavSource  # noqa: E402
+from myxtts.data.pipeline import InputPipeline  # noqa: E402
+from myxtts.data.sources import CacheSource, WavSource  # noqa: E402
 from myxtts.data.prepare import prepare  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,8 +126,8 @@ def main() -> None:
     cache = FeatureCache.load(cfg)
     rows = tf.data.Dataset.from_tensor_slices(tf.range(len(cache), dtype=tf.int32))
 
-    cached = _CacheSource(cfg, cache)
-    wav = _WavSource(dataclass_replace_data(cfg, use_tf_native_loading=True))
+    cached = CacheSource(cfg, cache)
+    wav = WavSource(dataclass_replace_data(cfg, use_tf_native_loading=True))
     paths = [str(cfg.corpus_path / "wavs" / f"{i}.wav") for i in wav.ids]
     frames_of_mel = lambda mel: tf.shape(mel)[0]  # noqa: E731
     frames_of_dict = lambda element: tf.shape(element["mel"])[0]  # noqa: E731

@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 
 from myxtts.data.cache import FeatureCache
-from myxtts.data.pipeline import (BATCH_KEYS, InputPipeline, crop_and_pad, crop_start, pick_reference_row,
-                                  uniform_index, _speaker_tables)
+from myxtts.data.pipeline import BATCH_KEYS, InputPipeline
+from myxtts.data.sources import crop_and_pad, crop_start, pick_reference_row, speaker_tables, uniform_index
 
 FORBIDDEN_OPS = ("PyFunc", "EagerPyFunc", "PyFuncStateless", "Generator")
 
@@ -208,7 +208,7 @@ def test_a_cache_without_mel_stats_is_a_clear_error(prepared_cache, tmp_path, so
 
 def test_small_functions_eager_and_in_map() -> None:
     speakers = np.array([0, 1, 0, 0, 2, 1], np.int32)
-    tables = {k: tf.constant(v) for k, v in _speaker_tables(speakers).items()}
+    tables = {k: tf.constant(v) for k, v in speaker_tables(speakers).items()}
     for position in range(40):
         seed = tf.constant([7, position], tf.int64)
         assert 0 <= int(uniform_index(seed, 5)) < 5 and int(uniform_index(seed, 0)) == 0
