@@ -24,7 +24,6 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,152 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.config import Config
-
-ERROR, WARNING, INFO = "error", "warning", "info"
-_SEVERITY_RANK = {ERROR: 0, WARNING: 1, INFO: 2}
-
-
-@dataclass
-class Finding:
-    severity: str  # error (exit 1) | warning | info
-    check: str  # config | pipeline_shapes | training
-    key: str | None  # config key path, batch key or function name
-    message: str
-    fix: str
-    count: int = 1
-
-    def format(self) -> str:
-        where = f" [{self.key}]" if self.key else ""
-        times = f" (x{self.count})" if self.count > 1 else ""
-        fix = f" Fix: {self.fix}" if self.fix else ""
-        return f"{self.severity.upper()} {self.check}{where}{times}: {self.message}.{fix}"
-
-
-@dataclass
-class RetracingReport:
-    shape_policy: str
-    signatures: list[str]  # one readable line per declared signature
-    batches_checked: int = 0
-    signatures_seen: dict[str, int] = field(default_factory=dict)  # signature line -> batches of that shape
-    findings: list[Finding] = field(default_factory=list)
-    steps_requested: int = 0
-    steps_run: int = 0
-    functions: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> traces / warm-up seconds
-    warmup_seconds: float = 0.0
-    step_times: list[float] = field(default_factory=list)  # seconds per training step, in order
-    step_shapes: list[str] = field(default_factory=list)  # the batch shape of each of those steps
-    retraces_after_warmup: int = 0
-    events: list[dict[str, Any]] = field(default_factory=list)  # explainer events after warm-up (JSON fields)
-    run_dir: str | None = None
-
-    @property
-    def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == ERROR]
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.errors or self.retraces_after_warmup else 0
-
-    def step_time_stats(self) -> dict[str, Any]:
-        return step_time_stats(self.step_times, self.step_shapes)
-
-    def ranked_fixes(self) -> list[str]:
-        """Errors first, then warnings, then hints; within a severity the most frequent first; no duplicates."""
-        ordered = sorted((f for f in self.findings if f.fix),
-                         key=lambda f: (_SEVERITY_RANK[f.severity], -f.count))
-        fixes: list[str] = []
-        for finding in ordered:
-            line = f"{finding.key}: {finding.fix}" if finding.key else finding.fix
-            if line not in fixes:
-                fixes.append(line)
-        return fixes
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "passed": self.exit_code == 0, "exit_code": self.exit_code, "shape_policy": self.shape_policy,
-            "signatures": self.signatures, "batches_checked": self.batches_checked,
-            "signatures_seen": self.signatures_seen, "steps_requested": self.steps_requested,
-            "steps_run": self.steps_run, "functions": self.functions, "warmup_seconds": self.warmup_seconds,
-            "step_time": self.step_time_stats(), "step_times": self.step_times, "step_shapes": self.step_shapes,
-            "retraces_after_warmup": self.retraces_after_warmup, "events": self.events,
-            "findings": [dataclasses.asdict(f) for f in self.findings], "fixes": self.ranked_fixes(),
-            "run_dir": self.run_dir,
-        }
-
-    def format(self) -> str:
-        lines = [f"Retracing check: {'PASSED' if self.exit_code == 0 else 'FAILED'}",
-                 f"  shape policy: {self.shape_policy}, {len(self.signatures)} declared signature(s)"]
-        for line in self.signatures:
-            lines.append(f"    {line}: {self.signatures_seen.get(line, 0)} batch(es) seen")
-        lines.append(f"  pipeline batches checked against signatures(): {self.batches_checked}")
-        if self.functions:
-            lines.append(f"  training steps run: {self.steps_run} of {self.steps_requested}; warm-up "
-                         f"{self.warmup_seconds:.1f} s")
-        else:
-            lines.append(f"  training steps run: none of {self.steps_requested} (see findings)")
-        if self.functions:
-            lines.append("  traces per function (warm-up / after warm-up, compile seconds):")
-            for name, info in self.functions.items():
-                lines.append(f"    {name}: {info['warmup_traces']} / {info['after_warmup']}, "
-                             f"{info['warmup_seconds']:.2f} s")
-        stats = self.step_time_stats()
-        if stats["count"]:
-            cv = f"{stats['cv']:.2f}" if stats["cv"] is not None else "n/a"
-            lines.append(f"  step time ({stats['count']} steady steps, input wait included): mean "
-                         f"{stats['mean'] * 1e3:.1f} ms, std {stats['std'] * 1e3:.1f} ms, CV {cv}, "
-                         f"p95 {stats['p95'] * 1e3:.1f} ms")
-            if stats["first_call_mean"] is not None:
-                lines.append(f"  first call per shape ({stats['first_calls']}): mean "
-                             f"{stats['first_call_mean'] * 1e3:.1f} ms (graph instantiation, not a retrace)")
-        lines.append(f"  retraces after warm-up: {self.retraces_after_warmup}")
-        for event in self.events:
-            where = f" at {event['path']}" if event.get("path") else ""
-            lines.append(f"    {event['function']}: cause {event['cause']}{where}: {_brief(event.get('before'))} -> "
-                         f"{_brief(event.get('after'))} (call site {event['call_site']})")
-        if self.findings:
-            lines.append("  findings:")
-            lines.extend(f"    {f.format()}" for f in sorted(self.findings, key=lambda f: _SEVERITY_RANK[f.severity]))
-        fixes = self.ranked_fixes()
-        if fixes:
-            lines.append("  ranked fixes:")
-            lines.extend(f"    {rank}. {fix}" for rank, fix in enumerate(fixes, 1))
-        if self.run_dir:
-            lines.append(f"  run dir: {self.run_dir}")
-        return "\n".join(lines)
-
-
-def _brief(description: Any) -> str:
-    if isinstance(description, dict):
-        return "{" + ", ".join(f"{k}={v}" for k, v in description.items() if v is not None) + "}"
-    return "none" if description is None else str(description)
-
-
-# ---- statistics -------------------------------------------------------------------------------------
-
-def step_time_stats(step_times: list[float], step_shapes: list[str] | None = None) -> dict[str, Any]:
-    """Mean / std / CV / p95 of the steady steps.
-
-    The first call of each batch shape is reported apart (``first_call_mean``): TF instantiates and
-    optimises a concrete function's graph at its first execution, not at tracing, so that call is slow
-    whether or not anything retraces. Without shapes, only the very first step is set apart.
-    """
-    shapes = step_shapes if step_shapes and len(step_shapes) == len(step_times) else ["?"] * len(step_times)
-    seen: set[str] = set()
-    first, steady = [], []
-    for seconds, shape in zip(step_times, shapes):
-        (steady if shape in seen else first).append(seconds)
-        seen.add(shape)
-    if not steady:  # every step was a first call: better these than nothing
-        steady = first
-    first_mean = float(np.mean(first)) if first else None
-    values = np.asarray(steady, np.float64)
-    if values.size == 0:
-        return {"count": 0, "mean": None, "std": None, "cv": None, "p95": None, "first_call_mean": first_mean,
-                "first_calls": len(first)}
-    mean, std = float(values.mean()), float(values.std())
-    return {"count": int(values.size), "mean": mean, "std": std, "cv": std / mean if mean > 0 else None,
-            "p95": float(np.percentile(values, 95)), "first_call_mean": first_mean, "first_calls": len(first)}
-
+from myxtts.diagnostics.retracing_report import ERROR, INFO, WARNING, Finding, RetracingReport, brief
 
 # ---- check 1: config --------------------------------------------------------------------------------
 
@@ -311,6 +165,7 @@ def run_training(cfg: Config, steps: int, workdir: Path, echo: Callable[[str], N
     """Train N steps through the production Trainer; return its trace accounting, events and step times."""
     from myxtts.training import Trainer
     from myxtts.training.steps import UnknownShapeError
+    from myxtts.training.trainer import warmup_key
 
     shapes: list[str] = []  # the batch shape of each step (observed, the batch passes unchanged)
 
@@ -336,7 +191,7 @@ def run_training(cfg: Config, steps: int, workdir: Path, echo: Callable[[str], N
     now, warmup_counts = traces.counts(), traces.warmup_counts
     functions = {name: {"warmup_traces": warmup_counts.get(name, 0), "traces": count,
                         "after_warmup": count - warmup_counts.get(name, 0),
-                        "warmup_seconds": float(trainer.warmup.get(_warmup_key(name), 0.0))}
+                        "warmup_seconds": float(trainer.warmup.get(warmup_key(name), 0.0))}
                  for name, count in now.items()}
     monitor = traces.monitor
     unexpected = [event for event in monitor.events if event.unexpected] if monitor is not None else []
@@ -351,15 +206,6 @@ def run_training(cfg: Config, steps: int, workdir: Path, echo: Callable[[str], N
             "step_shapes": shapes[:len(step_times)]}
 
 
-def _warmup_key(name: str) -> str:
-    """Trace name ``train_step[bucket 0: batch 4 x ...]`` -> the trainer's warm-up timing key
-    ``train_step[batch 4 x ...]`` (TrainingSteps.warm_up keys by shape; the trainer has no public mapping)."""
-    if name.startswith(("train_step[", "validate_step[")):
-        kind, rest = name.split("[", 1)
-        return f"{kind}[{rest.split(': ', 1)[-1]}"
-    return name
-
-
 def _event_findings(events: list[dict[str, Any]]) -> list[Finding]:
     grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for event in events:
@@ -371,8 +217,8 @@ def _event_findings(events: list[dict[str, Any]]) -> list[Finding]:
         first = members[0]
         findings.append(Finding(
             ERROR, "training", path or functions[0],
-            f"retrace after warm-up, cause {cause}{where} in {', '.join(functions)}: {_brief(first.get('before'))} "
-            f"-> {_brief(first.get('after'))} (call site {first['call_site']})", suggestion, count=len(members)))
+            f"retrace after warm-up, cause {cause}{where} in {', '.join(functions)}: {brief(first.get('before'))} "
+            f"-> {brief(first.get('after'))} (call site {first['call_site']})", suggestion, count=len(members)))
     return findings
 
 

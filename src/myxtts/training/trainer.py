@@ -176,7 +176,8 @@ class Trainer:
         if t.summary_every and self.chief and t.distribution == "none":
             self.summary_batch = self._first_batch()
             spec = {k: tf.TensorSpec(v.shape, v.dtype) for k, v in self.summary_batch.items()}
-            function = tf.function(lambda batch: self.model(batch, training=False), input_signature=[spec])
+            function = tf.function(lambda batch: self.model(batch, training=False), input_signature=[spec],
+                                   autograph=False)
             self.summary_function = self.traces.watch(function, "summary_forward") if t.enable_graph_mode else \
                 function.python_function
         self.listener = Listener.create(self.cfg, self.model, self.vocabulary, self.mel_stats,
@@ -353,7 +354,7 @@ class Trainer:
     def _summary(self, step, start_step, first_loss, last_loss, frames, elapsed, timer, validation_loss,
                  stopped) -> dict[str, Any]:
         counts = self.traces.counts()
-        traces = {name: {"traces": counts.get(name, 0), "warmup_seconds": self.warmup.get(_warmup_key(name), 0.0)}
+        traces = {name: {"traces": counts.get(name, 0), "warmup_seconds": self.warmup.get(warmup_key(name), 0.0)}
                   for name in counts}
         done = step - start_step
         return {
@@ -387,7 +388,7 @@ def check_block_alignment(start_step: int, max_steps: int, steps_per_execution: 
                          "the run was saved with.")
 
 
-def _warmup_key(name: str) -> str:
+def warmup_key(name: str) -> str:
     """Trace-accounting name -> warm-up timing key (steps.warm_up uses the shape description)."""
     if name.startswith(("train_", "validate_step[")) and "[" in name:
         kind, rest = name.split("[", 1)  # "train_4_steps[...]" (steps_per_execution) warms up as a train_step
