@@ -194,32 +194,46 @@ def test_run_dir_holds_the_mel_stats_and_summaries_show_real_log_mels(prepared_c
 
 
 def test_a_signal_asks_the_loop_to_stop_and_a_second_one_acts_at_once():
-    """The trainer's stop request (its use end to end: test_locks): the first SIGINT is only recorded, the
-    second reaches the handler there was before (here Python's KeyboardInterrupt), and restore() puts it back."""
-    import os
+    """The trainer's stop request (its use end to end: test_locks): the first SIGINT / SIGTERM is only recorded, the
+    same signal again at once is a duplicate, again later it reaches the handler there was before (here Python's
+    KeyboardInterrupt); restore() puts the handlers back; an ignored signal stays ignored; off, nothing is touched."""
     import signal
     import threading
-    import time
 
-    from myxtts.training.interrupt import StopOnSignals, exit_code
+    from myxtts.training.interrupt import StopOnSignals
 
     assert threading.current_thread() is threading.main_thread()  # pytest and its workers run tests here
     outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever the test runner had
     sigterm = signal.getsignal(signal.SIGTERM)
     try:
-        interrupt = StopOnSignals()
+        interrupt = StopOnSignals(repeat_window=3600.0)  # every repeat counts as a duplicate
         interrupt.install()
-        try:
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.05)  # Python runs the handler between bytecodes of the main thread
-            assert interrupt.requested == "SIGINT"
-            with pytest.raises(KeyboardInterrupt):
-                os.kill(os.getpid(), signal.SIGINT)
-                time.sleep(1)
-        finally:
-            interrupt.restore()
+        signal.raise_signal(signal.SIGTERM)  # the handler runs before raise_signal returns
+        signal.raise_signal(signal.SIGTERM)
+        assert interrupt.requested == "SIGTERM"
+        interrupt.restore()
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
         assert signal.getsignal(signal.SIGTERM) is sigterm
+
+        interrupt = StopOnSignals(repeat_window=0.0)  # every repeat is a second request
+        interrupt.install()
+        try:
+            signal.raise_signal(signal.SIGINT)
+            assert interrupt.requested == "SIGINT"
+            with pytest.raises(KeyboardInterrupt):
+                signal.raise_signal(signal.SIGINT)
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back before acting
+        finally:
+            interrupt.restore()
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job's Ctrl-C
+        interrupt = StopOnSignals()
+        interrupt.install()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is not sigterm
+        interrupt.restore()
+        off = StopOnSignals(enabled=False)
+        off.install()
+        assert signal.getsignal(signal.SIGTERM) is sigterm and off.requested is None
     finally:
         signal.signal(signal.SIGINT, outer)
-    assert StopOnSignals(enabled=False).requested is None and (exit_code("SIGINT"), exit_code("SIGTERM")) == (130, 143)
+        signal.signal(signal.SIGTERM, sigterm)

@@ -9,7 +9,6 @@ alignment focus, CER). Each stage calls the library; this module only sequences 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
@@ -68,10 +67,11 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     from myxtts.training import run
 
     has_checkpoint = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir())
-    train_summary = run(cfg, run_dir, resume=has_checkpoint and not fresh)
+    train_summary = run(cfg, run_dir, resume=has_checkpoint and not fresh, stop_on_signals=True)
     if train_summary["interrupted_by"]:  # Ctrl-C: the checkpoint is saved; the same command resumes from it
-        from myxtts.training.interrupt import exit_code
-        sys.exit(exit_code(train_summary["interrupted_by"]))
+        from myxtts.training.interrupt import die_by
+        click.echo("demo stopped; run the same command again to resume the training from its checkpoint")
+        die_by(train_summary["interrupted_by"])
 
     _stage("4/5 synthesize")
     from myxtts.synthesis import Synthesizer

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -34,7 +33,10 @@ def _known_errors() -> tuple[type[BaseException], ...]:
 @override_option()
 def train_command(config_path: str, workdir: str | None, resume: bool, init_from: str | None, no_progress: bool,
                   overrides: tuple[str, ...]) -> None:
-    """Train the model: compiled per-shape steps, all traced at warm-up; prints a training summary."""
+    """Train the model: compiled per-shape steps, all traced at warm-up; prints a training summary.
+
+    Ctrl-C (or SIGTERM) finishes the step running, saves a checkpoint there and stops; --resume continues from it.
+    """
     if init_from is not None:  # absolute: the config resolves relative paths against its own folder
         overrides = (*overrides, f"training.init_from={Path(init_from).resolve()}")
     cfg = load(config_path, overrides)
@@ -43,10 +45,10 @@ def train_command(config_path: str, workdir: str | None, resume: bool, init_from
     @clean_errors(*_known_errors())
     def go() -> dict:
         from myxtts.training import run
-        from myxtts.training.interrupt import exit_code
-        summary = run(cfg, workdir, resume=resume, progress=not no_progress, echo=click.echo)
+        from myxtts.training.interrupt import die_by
+        summary = run(cfg, workdir, resume=resume, progress=not no_progress, echo=click.echo, stop_on_signals=True)
         if summary["interrupted_by"]:  # stopped by Ctrl-C / SIGTERM at a checkpoint: not a finished run
-            sys.exit(exit_code(summary["interrupted_by"]))
+            die_by(summary["interrupted_by"])
         return summary
 
     return go()

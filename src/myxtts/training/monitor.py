@@ -215,6 +215,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     for name, info in summary["traces"].items():
         lines.append(f"    {name}: {info['traces']} trace(s), compile {info['warmup_seconds']:.2f} s")
     lines.append(f"  retraces after warm-up: {summary['retraces_after_warmup']}")
+    if summary.get("stopped") not in (None, "max_steps"):
+        by = f" ({summary['interrupted_by']})" if summary.get("interrupted_by") else ""
+        lines.append(f"  stopped: {summary['stopped']}{by} at step {summary['steps']}")
     if summary.get("loss_first") is not None:
         lines.append(f"  loss: {summary['loss_first']:.4f} -> {summary['loss_last']:.4f}")
     lines.append(f"  mel frames/s (real): {summary['mel_frames_per_second']:.0f}; steps/s: "

@@ -58,13 +58,16 @@ class WorkdirError(ValueError):
 class Trainer:
     def __init__(self, cfg: Config, workdir: str | Path, resume: bool = False, *, progress: bool = True,
                  echo: Callable[[str], None] = print,
-                 batch_filter: Callable[[int, dict], dict] | None = None, feed_device: str | None = "auto"):
+                 batch_filter: Callable[[int, dict], dict] | None = None, feed_device: str | None = "auto",
+                 stop_on_signals: bool = False):
         """``batch_filter(step, batch)`` rewrites each training batch (tests inject faults); keep None.
+        ``stop_on_signals``: Ctrl-C / SIGTERM end the loop at a checkpoint (training/interrupt.py; the commands).
         ``feed_device``: where batches are copied one step ahead ("auto": the GPU when data.prefetch_to_gpu
         and one exists; None: nowhere; tests pass a CPU device to run the device-feed path)."""
         self.cfg, self.workdir, self.resume = cfg, Path(workdir), resume
         self.progress, self.echo, self.batch_filter = progress, echo, batch_filter
         self.locks: list[Any] = []  # released by run(), however it ends
+        self.stop_on_signals = stop_on_signals
         self.feed_device = feed_device  # resolved in stage_loop: listing devices here would start TF's context
         # before the strategy exists (MultiWorkerMirroredStrategy must configure collectives first)
 
@@ -231,7 +234,7 @@ class Trainer:
             stopped = "max_minutes"
             self.echo(f"training.max_minutes ({t.max_minutes:g}) already spent at step {step}; raise it to go on")
         # Ctrl-C / SIGTERM: end of this step, checkpoint, stop (one worker of several cannot stop alone)
-        self.interrupt = StopOnSignals(enabled=t.distribution != "multi_worker")
+        self.interrupt = StopOnSignals(enabled=self.stop_on_signals and t.distribution != "multi_worker")
         self.interrupt.install()
         try:
             while step < t.max_steps and stopped == "max_steps":
@@ -281,9 +284,11 @@ class Trainer:
                         begin = time.perf_counter()
                         self.listener(step, metrics)
                         loop_started += time.perf_counter() - begin
-                if self.summary_function is not None and crossed(t.summary_every):
+                if self.summary_function is not None and crossed(t.summary_every) and stopped != "interrupted":
                     self._write_summaries(step, metrics)
-                if crossed(t.checkpoint_every) or last:
+                if self.interrupt.requested and step < t.max_steps:  # also a signal during validation / listening
+                    stopped = "interrupted"
+                if crossed(t.checkpoint_every) or last or stopped == "interrupted":
                     self.trained_seconds.assign(trained_before + time.perf_counter() - loop_started)
                     self.checkpoints.save(step)  # the feed holds no batch here: the iterator position is exact
                 if stopped == "max_minutes":
@@ -291,8 +296,10 @@ class Trainer:
                               "--resume continues with the budget's remainder (raise max_minutes to go on)")
                     break
                 if stopped == "interrupted":
+                    exactly = "exactly" if self.train_pipeline.checkpointable else \
+                        "(the tf.data service's iterator is not checkpointed)"
                     self.echo(f"{self.interrupt.requested} at step {step}: the step finished and a checkpoint was "
-                              "saved; a resume (`myxtts train --resume`) continues from it exactly")
+                              f"saved; a resume continues from it {exactly}")
                     break
                 if step < t.max_steps:
                     feed.refill()  # the next batch goes to the device while this step runs
@@ -360,7 +367,7 @@ class Trainer:
         return {
             "steps": step, "steps_this_run": done, "updates": self.steps.update_step,
             "nonfinite_total": int(self.steps.nonfinite_total.numpy()), "stopped": stopped,
-            "interrupted_by": self.interrupt.requested if stopped == "interrupted" else None,
+            "interrupted_by": self.interrupt.requested,  # also set when the signal came at the last step
             "parameters": self.parameters, "batch_shapes": len(self.signatures),
             "replicas": self.strategy.num_replicas_in_sync,
             "traces": traces, "warmup_traces": sum(self.traces.warmup_counts.values()),
