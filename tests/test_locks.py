@@ -121,8 +121,11 @@ def test_second_train_on_a_workdir_fails_naming_the_first_and_ctrl_c_stops_the_f
     workdir = tmp_path / "run"
     first_log = tmp_path / "first.log"
     with open(first_log, "w") as log:
+        # Ctrl-C as in a terminal: pytest-xdist's workers ignore SIGINT, and an ignored signal is inherited (and,
+        # by design, stays ignored by myxtts), so the child starts with the default disposition
         first = subprocess.Popen([*CLI, "train", "--config", str(config), "--workdir", str(workdir),
-                                  "--no-progress"], stdout=log, stderr=subprocess.STDOUT, env=_env())
+                                  "--no-progress"], stdout=log, stderr=subprocess.STDOUT, env=_env(),
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         _wait_for(lambda: Holder.read(workdir / "run.lock") is not None or first.poll() is not None, 180,
                   "the first training to lock its run directory")

@@ -1,7 +1,7 @@
 """Voice cloning: a model trained on two espeak-ng voices speaks in the voice of its reference clip.
 
 Two clearly different voices (a low male and a high female espeak-ng voice) read the same short
-sentences. The tiny model (the default parallel decoder) trains on them for 100 steps (each clip's reference:
+sentences. The tiny model (the default parallel decoder) trains on them for 60 steps (each clip's reference:
 another clip of the same voice, as the pipeline does), then synthesizes held-out texts with a reference of each
 voice. Asserted:
 - the reference reaches the output: swapping the reference voice moves the output mel by a sizeable
@@ -10,8 +10,8 @@ voice. Asserted:
 - the output moves towards the reference's voice: for every held-out text, the difference between the
   outputs with the low and the high voice's reference points the same way as the difference between the
   two real voices (cosine of their mean log-mel spectra, the voices' spectral envelope and pitch
-  harmonics averaged over the utterance, >= 0.7; measured 0.98).
-The output moves by >= 0.5x the real voices' difference (measured 1.1x).
+  harmonics averaged over the utterance, >= 0.7; measured 0.85 after 60 steps, 0.96-0.98 after 100).
+The output moves by >= 0.5x the real voices' difference (measured 0.82x after 60 steps, 1.1x after 100).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import tensorflow as tf
 from conftest import BUNDLED_CORPUS
 from train_helpers import compiled_train_step
 
-STEPS = 100
+STEPS = 60
 TRAIN_SENTENCES = 6  # per voice
 HELD_OUT = 2
 REFERENCE_FRAMES = 96
@@ -118,4 +118,5 @@ def test_reference_voice_sets_the_output_voice(make_config, tmp_path):
           f"(mean |log-mel|); swapping the reference moves the output by {moved}, cosine with the real voices' "
           f"difference {cosines}")
     assert min(moved) >= 0.5 * voice_gap, (moved, voice_gap)
-    assert min(cosines) >= 0.7, cosines  # measured 0.96-0.98; an unconditioned output points anywhere (~0)
+    # measured 0.85 (60 steps), 0.96-0.98 (100); an unconditioned output points anywhere (~0)
+    assert min(cosines) >= 0.7, cosines

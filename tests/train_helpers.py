@@ -76,7 +76,7 @@ def compiled_train_step(model, cfg, signature: dict):
     optimizer = keras.optimizers.Adam(learning_rate=2e-3, global_clipnorm=1.0)
     optimizer.build(model.trainable_variables)
 
-    @tf.function(input_signature=[signature, tf.TensorSpec([2], tf.int64)])
+    @tf.function(input_signature=[signature, tf.TensorSpec([2], tf.int64)], autograph=False)  # as myxtts compiles
     def train_step(batch, seed):
         with tf.GradientTape() as tape:
             losses = compute_losses(batch, model(batch, training=True, seed=seed), cfg)

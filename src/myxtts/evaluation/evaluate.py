@@ -99,7 +99,8 @@ class TeacherForcing:
                     "reference_mel": tf.TensorSpec([1, cfg.data.reference_frames, cfg.audio.n_mels], tf.float32),
                     "reference_lengths": tf.TensorSpec([1], tf.int32), "speaker_ids": tf.TensorSpec([1], tf.int32)}
             model = self.synthesizer.model
-            self.functions[key] = tf.function(lambda batch: model(batch, training=False), input_signature=[spec])
+            self.functions[key] = tf.function(lambda batch: model(batch, training=False), input_signature=[spec],
+                                              autograph=False)
         return self.functions[key]
 
     def __call__(self, tokens: np.ndarray, mel: np.ndarray, reference_mel: np.ndarray, reference_length: int) -> dict:

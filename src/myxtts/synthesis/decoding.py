@@ -91,7 +91,8 @@ class CompiledDecoder:
             signature = [tf.TensorSpec([batch_size, self.reference_frames, self.n_mels], tf.float32,
                                        name="reference_mel"),
                          tf.TensorSpec([batch_size], tf.int32, name="reference_lengths")]
-            self.latents_functions[batch_size] = tf.function(self._latents, input_signature=signature)
+            self.latents_functions[batch_size] = tf.function(self._latents, input_signature=signature,
+                                                             autograph=False)
         return self.latents_functions[batch_size]
 
     def latents(self, reference_mels: np.ndarray, reference_lengths: np.ndarray, batch_size: int) -> np.ndarray:
@@ -114,7 +115,8 @@ class CompiledDecoder:
             signature = [tf.TensorSpec([batch_size, text_bucket], tf.int32, name="tokens"),
                          tf.TensorSpec([batch_size], tf.int32, name="token_lengths"),
                          tf.TensorSpec([batch_size], tf.float32, name="length_scales")]
-            self.duration_functions[key] = tf.function(self._durations, input_signature=signature)
+            self.duration_functions[key] = tf.function(self._durations, input_signature=signature,
+                                                       autograph=False)
         return self.duration_functions[key]
 
     def decode_function(self, batch_size: int, frames: int) -> Callable:
@@ -124,7 +126,7 @@ class CompiledDecoder:
                          tf.TensorSpec([batch_size, self.max_text_length], tf.int32, name="durations"),
                          tf.TensorSpec([batch_size, self.num_latents, self.d_model], tf.float32, name="latents")]
             self.decode_functions[key] = tf.function(functools.partial(self._decode, frames=frames),
-                                                     input_signature=signature)
+                                                     input_signature=signature, autograph=False)
         return self.decode_functions[key]
 
     def mel_bucket(self, frames: int, texts: list[str] | None = None) -> int:

@@ -60,11 +60,12 @@ class ExportedSynthesizer(tf.Module):
         self.vocoder = GriffinLim(cfg.audio)
         latents, d_model = model.dims.num_speaker_latents, model.dims.d_model
         self.speaker_embedding = tf.function(
-            self._speaker_embedding, input_signature=[tf.TensorSpec([1, None], tf.float32, name="waveform")])
+            self._speaker_embedding, input_signature=[tf.TensorSpec([1, None], tf.float32, name="waveform")],
+            autograph=False)
         self.synthesize = tf.function(self._synthesize, input_signature=[
             tf.TensorSpec([1, None], tf.int32, name="token_ids"),
             tf.TensorSpec([1, latents, d_model], tf.float32, name="embedding"),
-            tf.TensorSpec([], tf.float32, name="speed")])
+            tf.TensorSpec([], tf.float32, name="speed")], autograph=False)
 
     @property
     def model(self):

@@ -94,7 +94,7 @@ class TrainingSteps:
         # XLA with several replicas: jit_compile on the whole step would place every replica's variables in one
         # XLA cluster ("tf.Variable on a different device"), so each replica's forward + backward is compiled
         # instead (as Keras does) and the all-reduce and the update stay outside XLA
-        self._compiled_local_gradients = tf.function(self._local_gradients, jit_compile=True) \
+        self._compiled_local_gradients = tf.function(self._local_gradients, jit_compile=True, autograph=False) \
             if t.enable_xla_compilation and self.replicas > 1 and t.enable_graph_mode else None
         self.train_functions: dict[ShapeKey, Callable] = {}
         self.validate_functions: dict[ShapeKey, Callable] = {}
@@ -270,7 +270,10 @@ class TrainingSteps:
                 self.train_functions[key] = train_body
                 self.validate_functions[key] = self._validate_graph
                 continue
-            options = dict(jit_compile=t.enable_xla_compilation and self.replicas == 1, reduce_retracing=False)
+            # autograph=False: the steps' control flow is written as tf.while_loop / tf.cond, so AutoGraph's source
+            # conversion of every layer's Python buys nothing (warm-up 0.78x without it, docs/benchmarks.md)
+            options = dict(jit_compile=t.enable_xla_compilation and self.replicas == 1, reduce_retracing=False,
+                           autograph=False)
             # with accumulation the global batch's counts come in as a second (scalar) argument
             train_signature = [spec] if self.accumulation == 1 else [spec, NORMALIZER_SIGNATURE]
             name = f"train_{self.steps_per_execution}_steps" if blocks else "train_step"
