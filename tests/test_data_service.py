@@ -70,14 +70,15 @@ def test_pipeline_on_a_tf_data_service_validates_and_trains(prepared_cache, clus
     before = [v.numpy().copy() for v in model.trainable_variables]
     iterator = iter(pipeline.dataset())
     losses = []
-    for _ in range(3):
+    for index in range(3):
         batch = next(iterator)
         assert {k: tuple(v.shape) for k, v in batch.items()} in allowed
         for tokens, length, mel_length in zip(batch["tokens"].numpy(), batch["token_lengths"].numpy(),
                                               batch["mel_lengths"].numpy()):
             row = lookup[tuple(tokens[:length].tolist())]  # real cached utterances, served by the workers
             assert mel_length == cache.mel_lengths[row]
-        losses.append(float(steps.train(batch)["total"]))
+        if index == 0:  # one update shows the served batch trains (each new shape would cost a trace)
+            losses.append(float(steps.train(batch)["total"]))
     del iterator  # ends the endless job before the cluster stops (a live job leaves the next test's empty)
     assert all(np.isfinite(losses))
     assert any(not np.array_equal(b, v.numpy()) for b, v in zip(before, model.trainable_variables))

@@ -139,8 +139,9 @@ def test_unknown_shape_is_refused_not_traced():
     assert [f.experimental_get_tracing_count() for f in traced] == counts
 
 
-@pytest.mark.parametrize("precision, accumulation", [("float32", 1), ("float16", 2)])
-def test_warm_up_runs_every_function_and_restores_every_variable_exactly(precision, accumulation):
+# float32: every batch shape is warmed up; float16 with accumulation (one shape): loss scale and accumulators too
+@pytest.mark.parametrize("precision, accumulation, shapes", [("float32", 1, 2), ("float16", 2, 1)])
+def test_warm_up_runs_every_function_and_restores_every_variable_exactly(precision, accumulation, shapes):
     """Warm-up traces AND runs each step (through the monitor: it counts the traces as warm-up), then puts
     model, optimizer (iterations, moments, loss scale), counters and accumulators back bit for bit."""
     from myxtts.training.monitor import TraceAccounting
@@ -152,7 +153,8 @@ def test_warm_up_runs_every_function_and_restores_every_variable_exactly(precisi
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=2.0 ** 8)
     _, model, steps = _setup(optimizer, mixed_precision=precision, gradient_accumulation_steps=accumulation)
     traces = TraceAccounting(strict=True)
-    specs = [batch_spec(2, 10, 24, 16), batch_spec(3, 8, 16, 16)]
+    dims = [(2, 10, 24), (3, 8, 16)][:shapes]
+    specs = [batch_spec(*d, 16) for d in dims]
     steps.build(specs, traces.watch)
     steps.train_functions[shape_key(specs[0])].python_function(
         synthetic_batch(2, 10, 24, 16, vocab_size=VOCAB, seed=14))  # eager: non-trivial optimizer state, no trace
@@ -167,18 +169,18 @@ def test_warm_up_runs_every_function_and_restores_every_variable_exactly(precisi
     after = [v.numpy() for v in steps.state_variables()]
     assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(before, after))
     assert sorted(seconds) == sorted(f"{kind}_step[batch {b} x text {t} x mel {m}]"
-                                     for kind in ("train", "validate") for b, t, m in ((2, 10, 24), (3, 8, 16)))
+                                     for kind in ("train", "validate") for b, t, m in dims)
     assert all(value > 0 for value in seconds.values())
     assert all(len(runs) == 2 and sum(runs) == seconds[name] for name, runs in steps.warmup_runs_seconds.items())
     # every function traced exactly once, in warm-up, and the monitor saw each of those traces
     counts = traces.counts()
-    assert len(counts) == 4 and counts["train_step[bucket 0: batch 2 x text 10 x mel 24]"] == 1
-    assert sum(counts.values()) == 4
+    assert len(counts) == 2 * shapes and counts["train_step[bucket 0: batch 2 x text 10 x mel 24]"] == 1
+    assert sum(counts.values()) == 2 * shapes
     traces.end_warmup()
-    assert len(traces.monitor.first_traces) == 4 and not traces.monitor.unexpected
+    assert len(traces.monitor.first_traces) == 2 * shapes and not traces.monitor.unexpected
     assert traces.monitor.summary() is not None
     # training goes on from the restored state without a single trace
-    out = steps.train_cycle([synthetic_batch(3, 8, 16, 16, vocab_size=VOCAB, seed=15)] * accumulation)
+    out = steps.train_cycle([synthetic_batch(*dims[-1], 16, vocab_size=VOCAB, seed=15)] * accumulation)
     assert np.isfinite(float(out["total"])) and traces.retraces_after_warmup() == 0
     traces.close()
 

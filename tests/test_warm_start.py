@@ -62,7 +62,7 @@ def test_init_from_copies_weights_fresh_optimizer_frozen_modules_stay_resume_exa
     before = _digest(source_dir)
     _, source_model, _ = load_model_from_run(source_dir)
     source = _weights(source_model)
-    settings = {"freeze": ["text_encoder", "aligner"], "deterministic": True}
+    settings = {"freeze": ["text_encoder", "aligner"], "deterministic": True, "checkpoint_every": 2}
     config = write_config(_config(prepared_cache, training=settings), tmp_path / "finetune.yaml")
     result = CliRunner().invoke(main, ["train", "--config", str(config), "--workdir", str(tmp_path / "run"),
                                        "--init-from", str(source_dir), "--no-progress"],
@@ -95,10 +95,11 @@ def test_init_from_copies_weights_fresh_optimizer_frozen_modules_stay_resume_exa
                 and "text_encoder" in name]
     assert _digest(source_dir) == before  # the source run is only read
 
-    # the same run in two halves: the resume restores its own checkpoint and never reads the source again
-    halves = _config(prepared_cache, training={**settings, "init_from": str(source_dir), "max_steps": 2,
-                                               "checkpoint_every": 2})
-    run(halves, tmp_path / "halves", progress=False, echo=lambda _: None)
+    # the same run resumed from its step-2 checkpoint (a copy of the run, as if stopped there): the resume
+    # restores its own checkpoint, never reads the source again, and ends where the uninterrupted run did
+    shutil.copytree(tmp_path / "run", tmp_path / "halves", ignore=shutil.ignore_patterns("run.lock", "ckpt-4.*"))
+    checkpoints = tmp_path / "halves" / "checkpoints"
+    tf.train.update_checkpoint_state(str(checkpoints), str(checkpoints / "ckpt-2"))
     shutil.rmtree(source_dir)
     summary = run(_config(prepared_cache, training={**settings, "init_from": str(source_dir)}), tmp_path / "halves",
                   resume=True, progress=False, echo=lambda _: None)
