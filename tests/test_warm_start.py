@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -99,7 +100,11 @@ def test_init_from_copies_weights_fresh_optimizer_frozen_modules_stay_resume_exa
     # restores its own checkpoint, never reads the source again, and ends where the uninterrupted run did
     shutil.copytree(tmp_path / "run", tmp_path / "halves", ignore=shutil.ignore_patterns("run.lock", "ckpt-4.*"))
     checkpoints = tmp_path / "halves" / "checkpoints"
-    tf.train.update_checkpoint_state(str(checkpoints), str(checkpoints / "ckpt-2"))
+    # the state file a CheckpointManager reads: ckpt-2 the newest and only one (timestamps after the last
+    # preserved one, or the manager lists no checkpoint)
+    tf.compat.v1.train.update_checkpoint_state(
+        str(checkpoints), str(checkpoints / "ckpt-2"), all_model_checkpoint_paths=[str(checkpoints / "ckpt-2")],
+        all_model_checkpoint_timestamps=[time.time()], last_preserved_timestamp=time.time() - 1)
     shutil.rmtree(source_dir)
     summary = run(_config(prepared_cache, training={**settings, "init_from": str(source_dir)}), tmp_path / "halves",
                   resume=True, progress=False, echo=lambda _: None)
