@@ -104,6 +104,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 1:
         sys.exit("Error: --rounds must be >= 1.")
+    args.decoders = list(dict.fromkeys(args.decoders))  # a decoder named twice is timed once a round
 
     from common import machine, paired_ratios, spread
 
