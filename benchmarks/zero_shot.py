@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -76,7 +77,7 @@ def main() -> None:
     clips_needed = per_voice * max(len(v) for v in groups.values())
     if len(sentences) - args.texts < clips_needed:
         sys.exit(f"Error: {len(sentences)} sentences cannot give {clips_needed} clips and {args.texts} texts.")
-    synthesizer = Synthesizer.from_run(args.run, batch_size=args.batch_size)
+    synthesizer = Synthesizer.from_run(args.run, batch_size=args.batch_size, truncate_long=True)
     rate = synthesizer.sample_rate
     report = {"run": args.run, "machine": machine_description(), "texts": texts, "references": args.references,
               "centroid_clips": args.centroid_clips, "groups": {}}
@@ -85,7 +86,7 @@ def main() -> None:
                                  progress=False)
         entries = read_corpus(rendered.list_file, "list").entries
         by_voice = {v.name: [e for e in entries if e.speaker == v.name][:per_voice] for v in voices}
-        real, resynthesized, outputs, heard = {}, {}, {}, []
+        real, resynthesized, outputs, heard, ended_by = {}, {}, {}, [], Counter()
         centroids = {}
         for voice, clips in by_voice.items():
             references, others = clips[:args.references], clips[args.references:]
@@ -98,12 +99,13 @@ def main() -> None:
             results = synthesizer.synthesize_detailed(texts, [str(e.audio_path) for e in references])
             outputs[voice] = [voice_embedding(result.waveform, rate) for result in results]
             heard.append([result.waveform for result in results])
+            ended_by.update(result.ended_by for result in results)  # "maximum length": cut at the largest bucket
         point = {"voices": [v.name for v in voices],
                  "model": nearest_share(outputs, centroids),
                  # each real clip against centroids that include it: an upper bound of what the judge can tell
                  "recordings": nearest_share(real, centroids),
                  "griffin_lim": nearest_share(resynthesized, centroids),
-                 "chance": 1.0 / len(voices)}
+                 "chance": 1.0 / len(voices), "ended_by": dict(ended_by)}
         if recognizer_available():
             waves = [w for per in heard for w in per]
             point["model_cer"] = listen(waves, texts * len(voices), rate)["cer"]

@@ -182,7 +182,8 @@ def evaluate_run(run_dir: str | os.PathLike, data: str | os.PathLike | None = No
                  config: str | os.PathLike | None = None, limit: int | None = None,
                  plots_dir: str | os.PathLike | None = None, synthesizer: Synthesizer | None = None) -> dict[str, Any]:
     """The evaluation report (JSON-ready): summary means, per-clip items, run / machine description."""
-    synthesizer = synthesizer or Synthesizer.from_run(run_dir, config=config)
+    # an overlong prediction is a finding of the report (cut_at_maximum), not a reason to stop it
+    synthesizer = synthesizer or Synthesizer.from_run(run_dir, config=config, truncate_long=True)
     entries, pool, source = corpus_entries(synthesizer.cfg, data)
     if limit is not None:
         entries = entries[:limit]
