@@ -82,9 +82,9 @@ def test_evaluate_errors(cached_run, tmp_path):
     assert result.exit_code == 2 and "Run directory not found" in result.output
 
 
-def test_evaluate_reports_speech_cut_at_the_largest_bucket(prepared_cache, tmp_path):
+def test_evaluate_reports_speech_cut_at_the_largest_bucket(prepared_cache, bundled_corpus, tmp_path):
     """A duration predictor that overruns data.max_mel_frames (as a briefly trained one can) is a finding of the
-    report (cut_at_maximum, the table's 'cut' column), not an error that ends it."""
+    report (cut_at_maximum, the table's 'cut' column), not an error that ends it; clips that fit are not cut."""
     from myxtts.cli import main
     from myxtts.model import build_model
     from myxtts.synthesis import save_run
@@ -92,15 +92,22 @@ def test_evaluate_reports_speech_cut_at_the_largest_bucket(prepared_cache, tmp_p
 
     vocabulary = Vocabulary.load(prepared_cache.cache_dir / "vocab.json")
     model = build_model(prepared_cache, len(vocabulary))
-    projection = model.duration_predictor.output_proj  # 40 frames per token: every validation clip overruns 880
+    projection = model.duration_predictor.output_proj  # 7 frames per token: texts over 125 tokens overrun 880
     projection.kernel.assign(tf.zeros_like(projection.kernel))
-    projection.bias.assign([np.log(1.0 + 40.0)])
+    projection.bias.assign([np.log(1.0 + 7.0)])
     save_run(tmp_path / "run", prepared_cache, model, vocabulary)
     out = tmp_path / "report.json"
-    result = CliRunner().invoke(main, ["evaluate", "--run", str(tmp_path / "run"), "--json", str(out)])
+    result = CliRunner().invoke(main, ["evaluate", "--run", str(tmp_path / "run"), "--data", str(bundled_corpus),
+                                       "--limit", "8", "--json", str(out)])
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
-    assert report["clips"] == 2 and all(item["cut_at_maximum"] for item in report["items"])
-    assert report["summary"]["cut_at_maximum"] == 1.0 and "100%" in result.output
-    for item in report["items"]:  # cut at the largest bucket: longer than any real clip of this corpus
-        assert item["length_ratio"] > 1.0 and math.isfinite(item["mcd_dtw_db"])
+    maximum = prepared_cache.data.max_mel_frames
+    items = report["items"]
+    assert report["clips"] == 8 and len({item["tokens"] for item in items}) == 8  # unequal lengths
+    for item in items:
+        assert item["cut_at_maximum"] == (7 * item["tokens"] > maximum), item
+        assert item["synthesized_frames"] == min(7 * item["tokens"], maximum) and math.isfinite(item["mcd_dtw_db"])
+    cut = sum(item["cut_at_maximum"] for item in items)
+    assert 0 < cut < len(items)  # both kinds in one report
+    assert report["summary"]["cut_at_maximum"] == pytest.approx(cut / len(items))
+    assert f"{cut / len(items):.0%}" in result.output
