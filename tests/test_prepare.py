@@ -136,7 +136,7 @@ def test_cache_layout_manifest_and_utterance_files(bad_result) -> None:
     cfg, result = bad_result
     manifest = json.loads((cfg.cache_dir / "manifest.json").read_text())
     assert manifest["feature_hash"] == cfg.feature_hash() and manifest["mel_dtype"] == "float16"
-    assert manifest["format_version"] == 3 and manifest["languages"] == ["en"]
+    assert manifest["format_version"] == 4 and manifest["languages"] == ["en"]
     files = sorted(p.relative_to(cfg.cache_dir).as_posix() for p in (cfg.cache_dir / "utterances").glob("*/*"))
     accepted = [c["file"] for c in manifest["clips"].values() if "file" in c]
     assert len(files) == 6 and sorted(accepted) == files  # one file per accepted utterance, nothing else

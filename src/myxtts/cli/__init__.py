@@ -17,6 +17,7 @@ from myxtts.runtime import TF_LOG_VARIABLE, quiet_tensorflow_startup
 _COMMAND_MODULES = (
     "myxtts.cli.data_commands",
     "myxtts.cli.train_commands",
+    "myxtts.cli.vocoder_commands",
     "myxtts.cli.synth_commands",
     "myxtts.cli.diag_commands",
     "myxtts.cli.demo_command",

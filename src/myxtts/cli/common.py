@@ -21,6 +21,13 @@ def override_option() -> Callable:
                         help="Override a config key, e.g. --set training.max_steps=50 (repeatable).")
 
 
+def vocoder_option() -> Callable:
+    return click.option("--vocoder", "vocoder_path", default="griffin-lim", show_default=True,
+                        help="A neural vocoder directory (a `myxtts train-vocoder` run or a packed vocoder, e.g. "
+                             "pretrained/vocoder-vocos-ljspeech) or griffin-lim. Its audio settings must be the "
+                             "acoustic model's.")
+
+
 def load(config_path: str, overrides: tuple[str, ...] = ()) -> Config:
     try:
         return load_config(config_path, list(overrides))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from myxtts.cli.common import clean_errors
+from myxtts.cli.common import clean_errors, vocoder_option
 
 
 def _synthesizer(run_dir: str | None, checkpoint: str | None, config_path: str | None, batch_size: int,
@@ -64,11 +64,13 @@ def _read_texts(text: str | None, text_file: str | None, one_document: bool) -> 
               help="Texts decoded together (one compiled graph per batch size and text bucket).")
 @click.option("--speed", type=click.FloatRange(min=0.1, max=10.0), default=1.0, show_default=True,
               help="Speaking rate: the predicted durations are divided by it.")
+@vocoder_option()
 @clean_errors(ValueError, OSError)
 def synthesize_command(run_dir, checkpoint, config_path, text, text_file, references, out_path, out_dir,
-                       batch_size, speed) -> None:
+                       batch_size, speed, vocoder_path) -> None:
     """Text + a reference voice clip -> 16-bit WAV at the configured sample rate."""
     from myxtts.vocoder import write_wav
+    from myxtts.vocoder.neural import load_vocoder
 
     if (out_path is None) == (out_dir is None):
         raise ValueError("Give exactly one of --out (one wav for the whole text, split where it must be) or "
@@ -78,6 +80,8 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
     if missing:
         raise ValueError(f"Reference clip not found: {', '.join(missing)}")
     synthesizer = _synthesizer(run_dir, checkpoint, config_path, batch_size, length_scale=1.0 / speed)
+    synthesizer.vocoder = load_vocoder(vocoder_path, synthesizer.cfg.audio,
+                                       f"the acoustic model {run_dir or checkpoint}")
     documents = synthesizer.synthesize_documents(texts, list(references))
     rate = synthesizer.sample_rate
     if out_path:

@@ -147,12 +147,43 @@ class TrainingConfig:
 
 
 @dataclass(frozen=True)
+class VocoderConfig:
+    """The neural vocoder (log mel -> waveform) and its GAN training (``myxtts train-vocoder``).
+
+    The run keys of ``training`` (max_steps, max_minutes, learning_rate, warmup_steps, decay, min_learning_rate,
+    weight_decay, gradient_clip_norm, log / validate / checkpoint / summary cadence, seed, strict_retracing,
+    max_nonfinite_steps, deterministic) apply to both trainers; the keys below are the vocoder's own.
+    """
+
+    family: Literal["vocos"] = "vocos"  # vocos: ConvNeXt blocks at frame rate + an inverse-STFT head
+    preset: Literal["cpu", "gpu"] = "cpu"  # sizes below; None keys take the preset's value
+    dim: int | None = None  # channels of the frame-rate backbone
+    intermediate_dim: int | None = None  # ConvNeXt block's inner width
+    layers: int | None = None  # ConvNeXt blocks
+    kernel_size: int = 7  # depthwise convolution over frames
+    segment_samples: int = 8192  # audio per training example (a multiple of audio.hop_length): one static shape
+    batch_size: int = 16  # segments per step
+    # generator alone on the reconstruction losses for this many steps, then the discriminators join
+    adversarial_start_step: int = 1000
+    discriminator_periods: tuple[int, ...] = (2, 3, 5, 7, 11)  # multi-period discriminator (HiFi-GAN)
+    discriminator_channels: int = 16  # multi-period discriminator's first width (x4, x8 deeper)
+    resolution_ffts: tuple[int, ...] = (512, 1024, 2048)  # multi-resolution STFT discriminator (hop = fft / 4)
+    resolution_channels: int = 16  # multi-resolution discriminator's width
+    mel_loss_weight: float = 45.0  # L1 between log mels of generated and real audio
+    stft_loss_weight: float = 1.0  # multi-resolution STFT loss (spectral convergence + log magnitude)
+    feature_loss_weight: float = 2.0  # feature matching (L1 between the discriminators' feature maps)
+    adversarial_loss_weight: float = 1.0  # hinge loss of the generator
+    discriminator_learning_rate: float = 2e-4  # the generator's is training.learning_rate
+
+
+@dataclass(frozen=True)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     audio: AudioConfig = field(default_factory=AudioConfig)
     text: TextConfig = field(default_factory=TextConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
+    vocoder: VocoderConfig = field(default_factory=VocoderConfig)
     # folder the relative paths are resolved against (the config file's folder); not a YAML key
     base_dir: str = field(default=".", metadata={"internal": True})
 

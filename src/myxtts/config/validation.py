@@ -111,7 +111,36 @@ def validate(cfg: Config) -> Config:
                          "cannot both be true: eager functions are not compiled.")
     if not t.enable_graph_mode and t.enable_xla_compilation:
         raise ValueError("Config key 'training.enable_xla_compilation' needs 'training.enable_graph_mode: true'.")
+    _check_vocoder_keys(cfg)
     return cfg
+
+
+def _check_vocoder_keys(cfg: Config) -> None:
+    v, hop = cfg.vocoder, cfg.audio.hop_length
+    _positive(cfg, "vocoder.dim", "vocoder.intermediate_dim", "vocoder.layers", "vocoder.kernel_size",
+              "vocoder.segment_samples", "vocoder.batch_size", "vocoder.discriminator_channels",
+              "vocoder.resolution_channels", "vocoder.discriminator_learning_rate")
+    if v.segment_samples % hop or v.segment_samples < 4 * hop:
+        raise ValueError(f"Config key 'vocoder.segment_samples' ({v.segment_samples}) must be a multiple of "
+                         f"'audio.hop_length' ({hop}) and at least 4 hops: a segment is whole mel frames.")
+    if v.kernel_size % 2 == 0:
+        raise ValueError(f"Config key 'vocoder.kernel_size' must be odd, got {v.kernel_size}.")
+    if v.adversarial_start_step < 0:
+        raise ValueError(f"Config key 'vocoder.adversarial_start_step' must be >= 0, got {v.adversarial_start_step}.")
+    if not v.discriminator_periods or any(p < 2 for p in v.discriminator_periods) or \
+            len(set(v.discriminator_periods)) != len(v.discriminator_periods):
+        raise ValueError(f"Config key 'vocoder.discriminator_periods' must be distinct periods >= 2, got "
+                         f"{list(v.discriminator_periods)}.")
+    if not v.resolution_ffts or any(n < 64 or n & (n - 1) for n in v.resolution_ffts) or \
+            max(v.resolution_ffts) > v.segment_samples:
+        raise ValueError(f"Config key 'vocoder.resolution_ffts' must be powers of two from 64 up to "
+                         f"'vocoder.segment_samples' ({v.segment_samples}), got {list(v.resolution_ffts)}.")
+    for key in ("mel_loss_weight", "stft_loss_weight", "feature_loss_weight", "adversarial_loss_weight"):
+        if getattr(v, key) < 0:
+            raise ValueError(f"Config key 'vocoder.{key}' must be >= 0, got {getattr(v, key)}.")
+    if v.mel_loss_weight == 0 and v.stft_loss_weight == 0:
+        raise ValueError("Config keys 'vocoder.mel_loss_weight' and 'vocoder.stft_loss_weight' are both 0: the "
+                         "generator would have no reconstruction loss.")
 
 
 # keys that only one decoder reads: set to anything but the default for the other decoder, they are rejected

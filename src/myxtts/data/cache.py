@@ -1,6 +1,6 @@
 """FeatureCache: the prepared features of a corpus, streamed from disk one utterance at a time.
 
-Layout of ``cfg.cache_dir`` (written by ``myxtts prepare``, format 3):
+Layout of ``cfg.cache_dir`` (written by ``myxtts prepare``, format 4):
 
 - ``utterances/XX/KEY.utt``: one file per accepted utterance, random access by path (so the pipeline
   shuffles row indices, not features, and reads any other utterance of the speaker as a reference).
@@ -9,6 +9,8 @@ Layout of ``cfg.cache_dir`` (written by ``myxtts prepare``, format 3):
   (float16 halves memory and disk; its ~1e-3 relative precision is far below the model's error).
   KEY hashes the id, the clip's fingerprint and the feature hash, so a changed clip gets a new file
   and the previous manifest stays valid until the new one replaces it;
+- ``utterances/XX/KEY.wav``: the clip's audio as the mel was computed from it (mono, ``audio.sample_rate``,
+  16-bit PCM), written before its ``.utt``: what the vocoder trains on (``tf.audio.decode_wav`` reads it);
 - ``index.npz``: per utterance, in corpus order: ``ids`` str, ``files`` str (relative paths),
   ``token_lengths``, ``mel_lengths``, ``speaker_ids``, ``language_ids`` (int32) and ``tokens`` (flat
   int32). Small (lengths and tokens only): the bucket plan, stats and the pipeline read it, never
@@ -38,7 +40,7 @@ REJECTED_FILE = "rejected.csv"
 INDEX_FILE = "index.npz"
 UTTERANCE_DIR = "utterances"
 SPLITS = ("train", "validation")
-FORMAT_VERSION = 3  # 3: manifest["mel_stats"] (normalised mels); 2: one file per utterance
+FORMAT_VERSION = 4  # 4: the audio beside each utterance; 3: manifest["mel_stats"]; 2: one file per utterance
 UTTERANCE_MAGIC = 0x31545558  # b"XUT1" little-endian
 HEADER_BYTES = 16
 
@@ -80,7 +82,7 @@ def check_manifest(cache_dir: Path, expected_hash: str,
         return None, f"no complete cache in {cache_dir} (manifest.json missing)"
     if manifest.get("format_version") != FORMAT_VERSION:
         return None, (f"cache format {manifest.get('format_version')} is not the current format {FORMAT_VERSION} "
-                      "(one file per utterance, with the train split's mel statistics)")
+                      "(one file per utterance with its audio beside it, the train split's mel statistics)")
     if manifest.get("feature_hash") != expected_hash:
         changed = "".join(_changed_keys(manifest.get("feature_params", {}), current_params or {}))
         return None, (f"feature hash changed ({manifest.get('feature_hash')} -> {expected_hash}): audio, text, "
@@ -146,6 +148,23 @@ def write_utterance(path: Path, tokens: np.ndarray, mel: np.ndarray) -> int:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as handle:
         handle.write(header.tobytes() + tokens.tobytes() + mel.tobytes())
+    os.replace(tmp, path)
+    return path.stat().st_size
+
+
+def audio_file(utterance_file: str) -> str:
+    """The audio file stored beside an utterance file (same folder and key, ``.wav``)."""
+    return utterance_file[:-len(".utt")] + ".wav" if utterance_file.endswith(".utt") else utterance_file + ".wav"
+
+
+def write_audio(path: Path, waveform: np.ndarray, sample_rate: int) -> int:
+    """Write one clip's audio as 16-bit PCM WAV atomically (tmp + rename); returns its size in bytes."""
+    import soundfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    soundfile.write(str(tmp), np.clip(np.asarray(waveform, np.float32), -1.0, 1.0), int(sample_rate),
+                    subtype="PCM_16", format="WAV")
     os.replace(tmp, path)
     return path.stat().st_size
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from myxtts.data.cache import UTTERANCE_DIR, write_utterance
+from myxtts.data.cache import UTTERANCE_DIR, audio_file, write_audio, write_utterance
 from myxtts.data.corpus import CorpusEntry, Rejection
 from myxtts.data.language import TextProcessors
 
@@ -74,13 +74,14 @@ def _utterance_file(utterance_id: str, fingerprint: str, feature_hash: str) -> s
 
 def process_clip(entry: CorpusEntry, fingerprint: str, cfg: Any, processors: TextProcessors, frontend: Any,
                   cache_dir: Path, feature_hash: str) -> Clip | Rejection:
-    """Validate, compute the mel and write the utterance file of one clip (runs in a worker thread)."""
+    """Validate, compute the mel, write the clip's audio and utterance files (runs in a worker thread)."""
     checked = validate_clip(entry, cfg, processors.for_language(entry.language))
     if isinstance(checked, Rejection):
         return checked
     waveform, tokens = checked
     mel = frontend.batch([waveform])[0]  # [frames, n_mels] float32 (TF releases the GIL: threads overlap)
     file = _utterance_file(entry.id, fingerprint, feature_hash)
+    write_audio(cache_dir / audio_file(file), waveform, cfg.audio.sample_rate)  # first: a whole .utt implies its audio
     write_utterance(cache_dir / file, np.asarray(tokens, np.int32), mel)
     return Clip(list(tokens), int(mel.shape[0]), int(waveform.shape[0]), file)
 

@@ -16,17 +16,19 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from myxtts.data.cache import HEADER_BYTES, CacheError, read_utterance
+from myxtts.data.cache import HEADER_BYTES, CacheError, audio_file, read_utterance
 
 JOURNAL_FILE = "prepare-journal.jsonl"
 
 
 def utterance_file_complete(path: Path) -> bool:
-    """True when the utterance file exists, reads, and holds exactly the bytes its header announces."""
+    """True when the utterance file exists, reads, holds exactly the bytes its header announces, and its audio file
+    is beside it (written before it, renamed into place whole)."""
     try:
         tokens, mel = read_utterance(path)
         expected = HEADER_BYTES + 4 * tokens.size + 2 * mel.size
-        return path.stat().st_size == expected and mel.shape[0] > 0
+        audio = path.with_name(Path(audio_file(path.name)).name)
+        return path.stat().st_size == expected and mel.shape[0] > 0 and audio.is_file()
     except (OSError, ValueError, CacheError):
         return False
 

@@ -48,8 +48,8 @@ import numpy as np
 
 from myxtts.data.buckets import PLAN_FILE, BucketParams, BucketPlan, log_misfits, plan_buckets
 from myxtts.data.cache import (FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, REJECTED_FILE, UTTERANCE_DIR, VOCAB_FILE,
-                               CacheError, FeatureCache, check_manifest, feature_params, load_index, read_utterance,
-                               save_index)
+                               CacheError, FeatureCache, audio_file, check_manifest, feature_params, load_index,
+                               read_utterance, save_index)
 from myxtts.data.clips import Clip, process_clip, rejected_again, rejection_detail
 from myxtts.data.corpus import Rejection, read_corpus
 from myxtts.data.fingerprint import CorpusDiff, clip_fingerprint, corpus_fingerprint, diff_corpus
@@ -154,7 +154,7 @@ def _previous_clips(cache_dir: Path, manifest: dict[str, Any] | None) -> tuple[d
     kept = {}
     for row, utterance_id in enumerate(str(i) for i in index["ids"]):
         file = str(index["files"][row])
-        if (cache_dir / file).is_file():  # a deleted utterance file is processed again
+        if (cache_dir / file).is_file() and (cache_dir / audio_file(file)).is_file():  # else processed again
             kept[utterance_id] = Clip(index["tokens"][offsets[row]:offsets[row + 1]].tolist(),
                                        int(index["mel_lengths"][row]), int(table[utterance_id]["samples"]), file)
     return table, kept
@@ -277,7 +277,7 @@ def _build(cfg: Any, cache_dir: Path, corpus: Any, fingerprints: dict[str, str],
     _write_bucket_plan(cfg, cache_dir, index["token_lengths"], index["mel_lengths"], ids)
     _atomic_write(cache_dir / MANIFEST_FILE, json.dumps(manifest, indent=0))  # last: makes the cache valid
     journal.close(delete=True)  # the manifest now holds everything it recorded
-    _remove_unreferenced(cache_dir, {clips[i].file for i in ids})
+    _remove_unreferenced(cache_dir, {file for i in ids for file in (clips[i].file, audio_file(clips[i].file))})
     return manifest
 
 
@@ -306,7 +306,7 @@ def train_mel_stats(cache_dir: Path, files: list[str], n_mels: int, workers: int
 
 
 def _remove_unreferenced(cache_dir: Path, referenced: set[str]) -> None:
-    """Delete utterance files (and leftovers of format 1) the new manifest does not name."""
+    """Delete utterance and audio files (and leftovers of format 1) the new manifest does not name."""
     for path in (cache_dir / UTTERANCE_DIR).glob("*/*"):
         if path.relative_to(cache_dir).as_posix() not in referenced:
             path.unlink(missing_ok=True)

@@ -1,4 +1,4 @@
-"""Vocoders: log mel -> waveform. Griffin-Lim with TF ops only (compiled once, any length).
+"""Griffin-Lim: log mel -> waveform with TF ops only (compiled once, any length), no training.
 
 ``GriffinLim`` inverts exactly the front-end of ``myxtts.audio.MelFrontend`` (same window, hop, slaney
 mel matrix, mel power and log compression), so a mel from the cache or the model comes back as audio
@@ -7,26 +7,12 @@ without any extra configuration.
 
 from __future__ import annotations
 
-import abc
-import os
-from pathlib import Path
-
 import numpy as np
-import soundfile
 import tensorflow as tf
 
 from myxtts.audio import MelFrontend
 from myxtts.config import AudioConfig
-
-
-class Vocoder(abc.ABC):
-    """``vocoder(log_mel)``: ``[frames, n_mels]`` -> ``[samples]`` or ``[batch, frames, n_mels]`` -> ``[batch, samples]``."""
-
-    sample_rate: int
-
-    @abc.abstractmethod
-    def __call__(self, log_mel: tf.Tensor | np.ndarray) -> tf.Tensor:
-        ...
+from myxtts.vocoder.base import Vocoder
 
 
 class GriffinLim(Vocoder):
@@ -111,17 +97,3 @@ class GriffinLim(Vocoder):
             return self._batched(log_mel)
         raise ValueError(f"GriffinLim expects a log mel of shape [frames, {self.n_mels}] or [batch, frames, "
                          f"{self.n_mels}] (audio.n_mels), got {log_mel.shape}.")
-
-
-def write_wav(path: str | os.PathLike, waveform: tf.Tensor | np.ndarray, sample_rate: int) -> Path:
-    """Write ``[samples]`` (or ``[samples, channels]``) float audio as 16-bit PCM WAV, clipped to [-1, 1]."""
-    wave = np.asarray(waveform, dtype=np.float32)
-    if wave.ndim not in (1, 2) or wave.size == 0:
-        raise ValueError(f"write_wav: expected a non-empty [samples] or [samples, channels] waveform, got "
-                         f"shape {wave.shape}.")
-    if not np.all(np.isfinite(wave)):
-        raise ValueError(f"write_wav: waveform for {path} holds NaN or Inf samples.")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    soundfile.write(str(path), np.clip(wave, -1.0, 1.0), int(sample_rate), subtype="PCM_16", format="WAV")
-    return path

@@ -1,0 +1,58 @@
+"""`myxtts train-vocoder`: train (or fine-tune) a neural vocoder on a prepared cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from myxtts.cli.common import clean_errors, config_option, load, override_option
+
+
+def _known_errors() -> tuple[type[BaseException], ...]:
+    from myxtts.data.cache import CacheError
+    from myxtts.data.vocoder_segments import VocoderDataError
+    from myxtts.diagnostics import RetraceError
+    from myxtts.locks import DirectoryBusyError
+    from myxtts.training.checkpoint import CheckpointError
+    from myxtts.training.vocoder_trainer import VocoderTrainingError
+    from myxtts.vocoder.neural import VocoderError
+    return (CacheError, VocoderDataError, RetraceError, DirectoryBusyError, CheckpointError, VocoderTrainingError,
+            VocoderError)
+
+
+@click.command("train-vocoder")
+@config_option()
+@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+              help="Vocoder run directory (checkpoints, vocoder.json, metrics.jsonl, tensorboard/). "
+                   "Default: runs/<config name>.")
+@click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in the workdir.")
+@click.option("--init-from", "init_from", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Start from another vocoder's weights (a run or a packed vocoder, e.g. "
+                   "pretrained/vocoder-vocos-ljspeech): fine-tuning on this config's corpus.")
+@click.option("--no-progress", is_flag=True, help="No progress bar (for logs).")
+@override_option()
+def train_vocoder_command(config_path: str, workdir: str | None, resume: bool, init_from: str | None,
+                          no_progress: bool, overrides: tuple[str, ...]) -> None:
+    """Train a neural vocoder (log mel -> waveform) with GAN losses on fixed-length segments of the prepared cache.
+
+    One compiled step per phase (generator alone, then with the discriminators), traced at warm-up. Ctrl-C (or
+    SIGTERM) saves a checkpoint at the step it stops; --resume continues from it.
+    """
+    cfg = load(config_path, overrides)
+    workdir = workdir or str(Path("runs") / Path(config_path).stem)
+
+    @clean_errors(*_known_errors())
+    def go() -> dict:
+        from myxtts.training.interrupt import die_by
+        from myxtts.training.vocoder_trainer import train_vocoder
+        summary = train_vocoder(cfg, workdir, resume=resume, init_from=init_from, progress=not no_progress,
+                                echo=click.echo, stop_on_signals=True)
+        if summary["interrupted_by"]:
+            die_by(summary["interrupted_by"])
+        return summary
+
+    return go()
+
+
+COMMANDS = [train_vocoder_command]

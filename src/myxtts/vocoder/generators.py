@@ -1,0 +1,136 @@
+"""Neural vocoder generators: log mel ``[batch, frames, n_mels]`` -> waveform ``[batch, (frames - 1) * hop]``.
+
+``VocosGenerator`` (Siuzdak 2023, "Vocos"): the whole network runs at frame rate (no upsampling), which is what
+makes it cheap on a CPU. An input convolution and ConvNeXt blocks (depthwise convolution over frames, LayerNorm,
+a pointwise MLP, a learned per-channel layer scale, residual) produce per-frame features; a linear head predicts
+the STFT of the waveform as a log magnitude and a phase angle; an inverse STFT with the front-end's own window and
+hop (``InverseStft``) turns it into samples. The output is aligned like Griffin-Lim's: frame ``k`` is centred on
+sample ``k * hop``, so ``MelFrontend`` of the output gives back the input's frame count.
+
+The generator normalises its input with per-bin statistics it stores as (non-trainable) weights, so it reads the
+plain log mel of ``MelFrontend`` whatever normalisation the acoustic model used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+# the largest linear magnitude the head may predict (exp of its log output): bounds the waveform of an untrained or
+# diverging generator; speech at full scale stays well below it with the front-end's unnormalised STFT
+MAX_LOG_MAGNITUDE = float(np.log(1e2))
+
+
+@dataclasses.dataclass(frozen=True)
+class VocosSize:
+    dim: int
+    intermediate_dim: int
+    layers: int
+
+
+# cpu: trains in CPU hours and runs at a few thousandths of real time on 2 cores; gpu: the paper's size
+VOCOS_PRESETS = {"cpu": VocosSize(dim=192, intermediate_dim=576, layers=6),
+                 "gpu": VocosSize(dim=512, intermediate_dim=1536, layers=8)}
+
+
+def vocos_size(vocoder_cfg: Any) -> VocosSize:
+    """The preset's sizes with any key the config sets instead."""
+    preset = VOCOS_PRESETS[vocoder_cfg.preset]
+    return VocosSize(dim=vocoder_cfg.dim or preset.dim,
+                     intermediate_dim=vocoder_cfg.intermediate_dim or preset.intermediate_dim,
+                     layers=vocoder_cfg.layers or preset.layers)
+
+
+class InverseStft(keras.layers.Layer):
+    """Real / imaginary STFT ``[batch, frames, n_fft // 2 + 1]`` -> waveform ``[batch, (frames - 1) * hop]``.
+
+    Inverse FFT per frame, synthesis window, overlap-add, then division by the overlap-added squared window (exact
+    at every sample, the edges included, unlike ``tf.signal.inverse_stft``'s constant-overlap assumption), and the
+    front-end's centre padding (``n_fft // 2`` each side) trimmed.
+    """
+
+    def __init__(self, n_fft: int, hop_length: int, window: np.ndarray, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.n_fft, self.hop_length = int(n_fft), int(hop_length)
+        self.window = tf.constant(np.asarray(window, np.float32))  # [n_fft]
+
+    def call(self, real: tf.Tensor, imaginary: tf.Tensor) -> tf.Tensor:
+        frames = tf.signal.irfft(tf.complex(real, imaginary), fft_length=[self.n_fft])  # [batch, frames, n_fft]
+        wave = tf.signal.overlap_and_add(frames * self.window, self.hop_length)  # [batch, (frames-1)*hop + n_fft]
+        count = tf.shape(real)[1]
+        squared = tf.broadcast_to(tf.square(self.window), [count, self.n_fft])  # [frames, n_fft]
+        envelope = tf.signal.overlap_and_add(squared, self.hop_length)  # [(frames - 1) * hop + n_fft]
+        trim = self.n_fft // 2
+        length = (count - 1) * self.hop_length
+        wave = wave[:, trim:trim + length]
+        envelope = envelope[trim:trim + length]
+        return wave / tf.maximum(envelope, 1e-6)  # [batch, (frames - 1) * hop]
+
+
+class ConvNeXtBlock(keras.layers.Layer):
+    """Depthwise convolution over frames, LayerNorm, pointwise MLP (GELU), layer scale, residual."""
+
+    def __init__(self, dim: int, intermediate_dim: int, kernel_size: int, layer_scale: float, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.depthwise = keras.layers.DepthwiseConv1D(kernel_size, padding="same", name="depthwise")
+        self.norm = keras.layers.LayerNormalization(epsilon=1e-6, name="norm")
+        self.expand = keras.layers.Dense(intermediate_dim, activation="gelu", name="expand")
+        self.project = keras.layers.Dense(dim, name="project")
+        self.layer_scale = self.add_weight(shape=(dim,), initializer=keras.initializers.Constant(layer_scale),
+                                           name="layer_scale")
+
+    def call(self, x: tf.Tensor) -> tf.Tensor:  # [batch, frames, dim]
+        residual = x
+        x = self.project(self.expand(self.norm(self.depthwise(x))))
+        return residual + self.layer_scale * x
+
+
+class VocosGenerator(keras.Model):
+    """See the module docstring. ``generator(log_mel)``: ``[batch, frames, n_mels]`` -> ``[batch, samples]``."""
+
+    family = "vocos"
+
+    def __init__(self, n_mels: int, n_fft: int, hop_length: int, window: np.ndarray, size: VocosSize,
+                 kernel_size: int = 7, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.n_mels, self.n_fft, self.hop_length, self.size = n_mels, n_fft, hop_length, size
+        # per-bin statistics of the training corpus' log mels: set once by the trainer, saved with the weights
+        self.mel_mean = self.add_weight(shape=(n_mels,), initializer="zeros", trainable=False, name="mel_mean")
+        self.mel_std = self.add_weight(shape=(n_mels,), initializer="ones", trainable=False, name="mel_std")
+        self.embed = keras.layers.Conv1D(size.dim, 7, padding="same", name="embed")
+        self.embed_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="embed_norm")
+        self.blocks = [ConvNeXtBlock(size.dim, size.intermediate_dim, kernel_size, 1.0 / size.layers,
+                                     name=f"block_{index}") for index in range(size.layers)]
+        self.final_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="final_norm")
+        self.head = keras.layers.Dense(n_fft + 2, name="head")  # log magnitude and phase of n_fft // 2 + 1 bins
+        self.istft = InverseStft(n_fft, hop_length, window, name="istft")
+
+    def set_mel_statistics(self, mean: np.ndarray, std: np.ndarray) -> None:
+        self.mel_mean.assign(np.asarray(mean, np.float32))
+        self.mel_std.assign(np.asarray(std, np.float32))
+
+    def call(self, log_mel: tf.Tensor, training: bool = False) -> tf.Tensor:
+        x = (log_mel - self.mel_mean) / self.mel_std  # [batch, frames, n_mels]
+        x = self.embed_norm(self.embed(x))  # [batch, frames, dim]
+        for block in self.blocks:
+            x = block(x)
+        x = self.head(self.final_norm(x))  # [batch, frames, n_fft + 2]
+        log_magnitude, phase = tf.split(x, 2, axis=-1)  # each [batch, frames, n_fft // 2 + 1]
+        magnitude = tf.exp(tf.minimum(log_magnitude, MAX_LOG_MAGNITUDE))
+        return self.istft(magnitude * tf.cos(phase), magnitude * tf.sin(phase))  # [batch, (frames - 1) * hop]
+
+
+def build_generator(cfg: Any) -> keras.Model:
+    """The generator ``cfg.vocoder`` describes, for ``cfg.audio``'s front-end, built (its weights exist)."""
+    from myxtts.audio import MelFrontend
+
+    a, v = cfg.audio, cfg.vocoder
+    window = MelFrontend(a).window.numpy()  # the analysis window: the inverse uses the same
+    generator = VocosGenerator(a.n_mels, a.n_fft, a.hop_length, window, vocos_size(v), v.kernel_size,
+                               name="vocos_generator")
+    generator(tf.zeros([1, 4, a.n_mels]))  # creates the weights
+    return generator

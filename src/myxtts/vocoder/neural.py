@@ -1,0 +1,157 @@
+"""A trained neural vocoder as a ``Vocoder``, and what ties it to its front-end.
+
+A vocoder directory (a ``train-vocoder`` run, or one packed from it: ``pretrained/``) holds ``config.yaml`` (its audio
+front-end and ``vocoder`` section), ``vocoder.json`` (family, sizes and the audio settings it reads, as written at
+training) and ``checkpoints/`` (the generator's weights, with the discriminators and optimizers in a run).
+
+A vocoder only understands mels made by the front-end it was trained with: ``load_vocoder`` compares its audio
+settings with the acoustic model's and refuses a mismatch (``VocoderMismatchError``, naming both and the key).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from myxtts.vocoder.base import Vocoder
+
+VOCODER_FILE = "vocoder.json"
+CHECKPOINT_DIR = "checkpoints"
+GRIFFIN_LIM = "griffin-lim"
+# the front-end settings a mel depends on: a vocoder and an acoustic model must agree on every one
+AUDIO_KEYS = ("sample_rate", "n_fft", "win_length", "hop_length", "n_mels", "fmin", "fmax", "mel_power",
+              "log_compression", "log_floor")
+
+
+class VocoderError(ValueError):
+    """A vocoder directory is missing, incomplete or of an unknown family."""
+
+
+class VocoderMismatchError(VocoderError):
+    """The vocoder reads other mels than the acoustic model makes (sample rate, hop, mel bins, compression...)."""
+
+
+def audio_settings(audio_cfg: Any) -> dict[str, Any]:
+    return {key: getattr(audio_cfg, key) for key in AUDIO_KEYS}
+
+
+def write_vocoder_json(directory: Path, cfg: Any, generator: Any, trained_on: str = "") -> Path:
+    from myxtts.vocoder.generators import vocos_size
+
+    size = vocos_size(cfg.vocoder)
+    record = {"family": generator.family, "dim": size.dim, "intermediate_dim": size.intermediate_dim,
+              "layers": size.layers, "kernel_size": cfg.vocoder.kernel_size, "audio": audio_settings(cfg.audio),
+              "parameters": int(generator.count_params()), "trained_on": trained_on}
+    path = Path(directory) / VOCODER_FILE
+    path.write_text(json.dumps(record, indent=1), encoding="utf-8")
+    return path
+
+
+def read_vocoder_dir(path: str | Path) -> tuple[Any, dict[str, Any]]:
+    """(config, vocoder.json record) of a vocoder directory; VocoderError naming what is missing."""
+    from myxtts.config import load_config
+
+    directory = Path(path)
+    if not directory.is_dir():
+        raise VocoderError(f"Vocoder {directory} not found: pass a vocoder directory (a `myxtts train-vocoder` run or "
+                           f"a packed vocoder such as pretrained/vocoder-vocos-ljspeech) or '{GRIFFIN_LIM}'.")
+    record_path, config_path = directory / VOCODER_FILE, directory / "config.yaml"
+    for required in (record_path, config_path):
+        if not required.is_file():
+            raise VocoderError(f"{directory} is not a vocoder: {required.name} is missing (an acoustic run? pass it "
+                               "with --run; a vocoder comes from `myxtts train-vocoder`).")
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise VocoderError(f"{record_path} is unreadable: {err}.") from None
+    if record.get("family") != "vocos":
+        raise VocoderError(f"{record_path}: vocoder family {record.get('family')!r} is not one this myxtts knows "
+                           "(vocos).")
+    return load_config(config_path), record
+
+
+def check_audio_match(vocoder_path: Any, vocoder_audio: dict[str, Any], acoustic_name: Any, acoustic_cfg: Any) -> None:
+    """Raise VocoderMismatchError naming every front-end key on which the vocoder and the acoustic model differ."""
+    wanted = audio_settings(acoustic_cfg)
+    differ = [f"audio.{key}: vocoder {vocoder_audio.get(key)!r}, acoustic model {wanted[key]!r}"
+              for key in AUDIO_KEYS if vocoder_audio.get(key) != wanted[key]]
+    if differ:
+        raise VocoderMismatchError(f"Vocoder {vocoder_path} was trained on other mels than {acoustic_name} makes ("
+                                   + "; ".join(differ) + "). Use a vocoder trained with the same audio settings "
+                                   f"(`myxtts train-vocoder` on a cache prepared with them) or '{GRIFFIN_LIM}'.")
+
+
+def newest_checkpoint(directory: Path) -> str:
+    checkpoint = tf.train.latest_checkpoint(str(Path(directory) / CHECKPOINT_DIR))
+    if checkpoint is None:
+        raise VocoderError(f"Vocoder {directory} has no checkpoint in {Path(directory) / CHECKPOINT_DIR}.")
+    return checkpoint
+
+
+def restore_generator(path: str | Path, cfg: Any, generator: Any, discriminators: Any = None) -> dict[str, Any]:
+    """Load another vocoder's weights into ``generator`` (and ``discriminators`` when it has them: a run, not a packed
+    vocoder). Its sizes and audio settings must be ``cfg``'s. Returns what was restored, for the run's record."""
+    source_cfg, record = read_vocoder_dir(path)
+    check_audio_match(path, record["audio"], "this config's cache", cfg.audio)
+    from myxtts.vocoder.generators import vocos_size
+
+    ours = vocos_size(cfg.vocoder)
+    theirs = (record.get("dim"), record.get("intermediate_dim"), record.get("layers"), record.get("kernel_size"))
+    if theirs != (ours.dim, ours.intermediate_dim, ours.layers, cfg.vocoder.kernel_size):
+        raise VocoderError(f"Vocoder {path} has sizes dim/intermediate_dim/layers/kernel_size {theirs}; this config "
+                           f"builds {(ours.dim, ours.intermediate_dim, ours.layers, cfg.vocoder.kernel_size)}: set "
+                           "the vocoder section's sizes (or preset) to the source's.")
+    checkpoint = newest_checkpoint(Path(path))
+    names = {name for name, _ in tf.train.list_variables(checkpoint)}
+    has_discriminators = discriminators is not None and any(n.startswith("discriminators/") for n in names) and \
+        tuple(source_cfg.vocoder.discriminator_periods) == tuple(cfg.vocoder.discriminator_periods) and \
+        tuple(source_cfg.vocoder.resolution_ffts) == tuple(cfg.vocoder.resolution_ffts) and \
+        (source_cfg.vocoder.discriminator_channels, source_cfg.vocoder.resolution_channels) == \
+        (cfg.vocoder.discriminator_channels, cfg.vocoder.resolution_channels)
+    objects = {"generator": generator, **({"discriminators": discriminators} if has_discriminators else {})}
+    tf.train.Checkpoint(**objects).restore(checkpoint).expect_partial().assert_existing_objects_matched()
+    return {"checkpoint": checkpoint, "discriminators": has_discriminators}
+
+
+class NeuralVocoder(Vocoder):
+    """A trained generator behind the ``Vocoder`` interface: one compiled graph for every mel length and batch."""
+
+    def __init__(self, generator: Any, audio_cfg: Any, path: str = "") -> None:
+        self.generator, self.path = generator, path
+        self.sample_rate, self.n_mels, self.hop_length = audio_cfg.sample_rate, audio_cfg.n_mels, audio_cfg.hop_length
+        self.audio = audio_settings(audio_cfg)
+        self._batched = tf.function(lambda log_mel: generator(log_mel, training=False),
+                                    input_signature=[tf.TensorSpec([None, None, self.n_mels], tf.float32)],
+                                    autograph=False)
+
+    def tracing_count(self) -> int:
+        return self._batched.experimental_get_tracing_count()
+
+    def __call__(self, log_mel: tf.Tensor | np.ndarray) -> tf.Tensor:
+        log_mel = tf.convert_to_tensor(log_mel, dtype=tf.float32)
+        if log_mel.shape.rank == 2 and log_mel.shape[-1] == self.n_mels:
+            return self._batched(log_mel[tf.newaxis])[0]  # [(frames - 1) * hop]
+        if log_mel.shape.rank == 3 and log_mel.shape[-1] == self.n_mels:
+            return self._batched(log_mel)  # [batch, (frames - 1) * hop]
+        raise ValueError(f"The vocoder expects a log mel of shape [frames, {self.n_mels}] or [batch, frames, "
+                         f"{self.n_mels}] (audio.n_mels), got {log_mel.shape}.")
+
+
+def load_vocoder(path: str | Path | None, audio_cfg: Any, acoustic_name: str = "the acoustic model") -> Vocoder:
+    """``griffin-lim`` (or None) -> ``GriffinLim(audio_cfg)``; a vocoder directory -> its ``NeuralVocoder``, after
+    checking it reads the mels ``audio_cfg`` describes (VocoderMismatchError otherwise)."""
+    from myxtts.vocoder.generators import build_generator
+    from myxtts.vocoder.griffin_lim import GriffinLim
+
+    if path is None or str(path) == GRIFFIN_LIM:
+        return GriffinLim(audio_cfg)
+    cfg, record = read_vocoder_dir(path)
+    check_audio_match(path, record["audio"], acoustic_name, audio_cfg)
+    generator = build_generator(cfg)
+    tf.train.Checkpoint(generator=generator).restore(newest_checkpoint(Path(path))).expect_partial() \
+        .assert_existing_objects_matched()
+    return NeuralVocoder(generator, cfg.audio, str(path))

@@ -1,0 +1,182 @@
+"""The neural vocoder: exact inverse STFT head, output lengths, segment pipeline alignment, GAN training on the
+bundled clips (learns, never retraces, resumes), loading and the audio-settings check."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from click.testing import CliRunner
+
+from conftest import REPO_ROOT, bundled_wavs
+from myxtts.audio import MelFrontend, load_audio
+from myxtts.config import AudioConfig, config_from_dict, save_config
+
+# a vocoder small enough to train a few hundred steps in a test (the recipe's sizes are in configs/vocoder.yaml)
+SMALL_VOCODER = {"dim": 48, "intermediate_dim": 144, "layers": 2, "segment_samples": 4096, "batch_size": 4,
+                 "discriminator_periods": [2, 3], "discriminator_channels": 4, "resolution_ffts": [512, 1024],
+                 "resolution_channels": 4, "adversarial_start_step": 150}
+
+
+@pytest.fixture(scope="module")
+def vocoder_cfg(prepared_cache, tmp_path_factory):
+    """The prepared bundled cache with a small vocoder section and a short GAN schedule."""
+    raw = prepared_cache.to_dict()
+    raw["model"] = {}
+    raw["training"] = {"max_steps": 240, "learning_rate": 2e-3, "min_learning_rate": 1e-4, "warmup_steps": 20,
+                       "gradient_clip_norm": 0.0, "log_every": 20, "validate_every": 120, "checkpoint_every": 120,
+                       "summary_every": 240, "keep_checkpoints": 2}
+    raw["vocoder"] = dict(SMALL_VOCODER)
+    return config_from_dict(raw, base_dir=prepared_cache.base_dir)
+
+
+@pytest.fixture(scope="module")
+def trained_vocoder(vocoder_cfg, tmp_path_factory):
+    from myxtts.training.vocoder_trainer import train_vocoder
+
+    workdir = tmp_path_factory.mktemp("vocoder") / "run"
+    summary = train_vocoder(vocoder_cfg, workdir, progress=False, echo=lambda line: None)
+    return workdir, summary
+
+
+def test_inverse_stft_head_reconstructs_a_real_clip():
+    """The head's inverse STFT (window-envelope normalised, centre trimmed) is exact on a real clip's STFT, edges
+    included: a generator that predicts the right spectrum gives the clip back."""
+    from myxtts.vocoder.generators import InverseStft
+
+    audio_cfg = AudioConfig()
+    frontend = MelFrontend(audio_cfg)
+    wave = load_audio(bundled_wavs(1)[0], audio_cfg.sample_rate)[:40000]
+    padded = np.pad(wave, audio_cfg.n_fft // 2, mode="reflect")
+    stft = tf.signal.stft(padded[None], audio_cfg.n_fft, audio_cfg.hop_length, window_fn=frontend._window_fn)
+    frames = stft.shape[1]
+    rebuilt = InverseStft(audio_cfg.n_fft, audio_cfg.hop_length, frontend.window.numpy())(
+        tf.math.real(stft), tf.math.imag(stft)).numpy()[0]
+    assert rebuilt.shape == ((frames - 1) * audio_cfg.hop_length,)
+    np.testing.assert_allclose(rebuilt, wave[:rebuilt.shape[0]], atol=2e-5)
+
+
+def test_output_length_for_any_mel_length_and_one_trace(vocoder_cfg):
+    from myxtts.vocoder.generators import build_generator
+    from myxtts.vocoder.neural import NeuralVocoder
+
+    vocoder = NeuralVocoder(build_generator(vocoder_cfg), vocoder_cfg.audio)
+    hop = vocoder_cfg.audio.hop_length
+    for frames in (2, 37, 64, 129, 300):  # unequal lengths, several of the acoustic model's buckets
+        wave = vocoder(np.full([frames, 80], -5.0, np.float32)).numpy()
+        assert wave.shape == ((frames - 1) * hop,) and np.all(np.isfinite(wave))
+    batch = vocoder(np.full([3, 50, 80], -5.0, np.float32)).numpy()
+    assert batch.shape == (3, 49 * hop)
+    assert vocoder.tracing_count() == 1  # one graph for every length and batch size
+    with pytest.raises(ValueError, match="audio.n_mels"):
+        vocoder(np.zeros([10, 40], np.float32))
+
+
+def test_segments_align_audio_with_the_cached_mel(vocoder_cfg):
+    """Each segment's audio is the samples its mel frames are centred on: the front-end's mel of the audio segment
+    equals the cached frames away from the segment's edges (where the cache saw real context, not reflection)."""
+    from myxtts.data.vocoder_segments import VocoderSegments
+
+    segments = VocoderSegments(vocoder_cfg, "train")
+    frontend = MelFrontend(vocoder_cfg.audio)
+    spec = segments.signature()
+    for batch in segments.dataset().take(3):
+        assert batch["mel"].shape == spec["mel"].shape and batch["audio"].shape == spec["audio"].shape
+        rebuilt = frontend(batch["audio"]).numpy()  # [batch, segment_frames, n_mels]
+        assert rebuilt.shape == batch["mel"].shape
+        inner = slice(3, -3)  # n_fft / 2 = 2 hops of reflection at each end
+        error = np.abs(rebuilt[:, inner] - batch["mel"].numpy()[:, inner])
+        assert float(np.median(error)) < 0.01 and float(error.max()) < 0.1
+
+
+def test_gan_training_learns_on_the_bundled_clips_and_never_retraces(vocoder_cfg, trained_vocoder):
+    from myxtts.vocoder.generators import build_generator
+    from myxtts.vocoder.neural import NeuralVocoder, load_vocoder
+    from myxtts.data.vocoder_segments import validation_clips
+
+    workdir, summary = trained_vocoder
+    assert summary["steps"] == 240 and summary["retraces_after_warmup"] == 0
+    assert summary["traces"] == {"reconstruction_step": 1, "adversarial_step": 1, "generate": 1}
+    records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    adversarial = [r for r in records if r.get("phase") == "adversarial"]
+    assert adversarial and all(np.isfinite(r["discriminator"]) and r["discriminator"] > 0 for r in adversarial)
+    assert all(r["nonfinite_in_a_row"] == 0 for r in records if r["split"] == "train")
+    # held-out clips (the cache's validation split, never trained on): resynthesis beats the untrained generator
+    frontend = MelFrontend(vocoder_cfg.audio)
+    clips = validation_clips(vocoder_cfg)
+    trained = load_vocoder(workdir, vocoder_cfg.audio)
+    untrained = NeuralVocoder(build_generator(vocoder_cfg), vocoder_cfg.audio)
+
+    def mel_error(vocoder) -> float:
+        return float(np.mean([np.mean(np.abs(frontend(vocoder(clip["mel"])).numpy() - clip["mel"])) for clip in clips]))
+
+    assert mel_error(trained) < 0.75 * mel_error(untrained)
+
+
+def test_resume_continues_from_the_checkpoint(vocoder_cfg, trained_vocoder, tmp_path):
+    from myxtts.training.vocoder_trainer import VocoderTrainingError, train_vocoder
+
+    workdir, _ = trained_vocoder
+    copy = tmp_path / "run"
+    shutil.copytree(workdir, copy, ignore=shutil.ignore_patterns("run.lock"))
+    with pytest.raises(VocoderTrainingError, match="--resume"):
+        train_vocoder(vocoder_cfg, copy, progress=False, echo=lambda line: None)
+    longer = vocoder_cfg.replace(training=dataclasses.replace(vocoder_cfg.training, max_steps=250,
+                                                              validate_every=1000, summary_every=0))
+    summary = train_vocoder(longer, copy, resume=True, progress=False, echo=lambda line: None)
+    assert summary["resumed_from"].endswith("ckpt-240")
+    assert summary["steps"] == 250 and summary["steps_this_run"] == 10 and summary["retraces_after_warmup"] == 0
+
+
+def test_a_vocoder_of_other_audio_settings_is_refused(trained_vocoder, tmp_path):
+    from myxtts.cli import main
+    from myxtts.vocoder.neural import VocoderMismatchError, load_vocoder
+
+    workdir, _ = trained_vocoder
+    with pytest.raises(VocoderMismatchError, match=r"audio.sample_rate: vocoder 22050, acoustic model 16000"):
+        load_vocoder(workdir, AudioConfig(sample_rate=16000, fmax=7600.0))
+    other = tmp_path / "other"
+    shutil.copytree(workdir, other, ignore=shutil.ignore_patterns("run.lock", "tensorboard"))
+    record = json.loads((other / "vocoder.json").read_text())
+    record["audio"]["n_mels"] = 64
+    (other / "vocoder.json").write_text(json.dumps(record))
+    result = CliRunner().invoke(main, [
+        "synthesize", "--run", str(REPO_ROOT / "pretrained" / "base-espeak-tiny"), "--vocoder", str(other),
+        "--text", "Hello.", "--reference", str(bundled_wavs(1)[0]), "--out", str(tmp_path / "y.wav")])
+    assert result.exit_code == 2, result.output
+    assert "audio.n_mels: vocoder 64, acoustic model 80" in result.output
+    assert not (tmp_path / "y.wav").exists()
+
+
+def test_synthesize_speaks_through_the_trained_vocoder(trained_vocoder, tmp_path):
+    import soundfile
+
+    from myxtts.cli import main
+
+    workdir, _ = trained_vocoder
+    out = tmp_path / "hello.wav"
+    result = CliRunner().invoke(main, [
+        "synthesize", "--run", str(REPO_ROOT / "pretrained" / "base-espeak-tiny"), "--vocoder", str(workdir),
+        "--text", "Hello there.", "--reference", str(bundled_wavs(1)[0]), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    audio, rate = soundfile.read(out)
+    frames = int(result.output.split(" frames")[0].rsplit(" ", 1)[-1])
+    assert rate == 22050 and audio.shape == ((frames - 1) * 256,) and np.abs(audio).max() > 0.01
+
+
+def test_train_vocoder_refuses_acoustic_only_keys_and_bad_segments(vocoder_cfg, tmp_path):
+    from myxtts.cli import main
+
+    config = tmp_path / "vocoder.yaml"
+    save_config(vocoder_cfg, config)
+    runner = CliRunner()
+    result = runner.invoke(main, ["train-vocoder", "--config", str(config), "--workdir", str(tmp_path / "run"),
+                                  "--set", "training.steps_per_execution=2", "--set", "training.max_steps=240"])
+    assert result.exit_code == 2 and "training.steps_per_execution" in result.output
+    assert "does nothing in train-vocoder" in result.output
+    result = runner.invoke(main, ["train-vocoder", "--config", str(config), "--set", "vocoder.segment_samples=1000"])
+    assert result.exit_code == 2 and "vocoder.segment_samples" in result.output and "hop_length" in result.output
