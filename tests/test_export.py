@@ -77,24 +77,46 @@ def autoregressive_run(tmp_path_factory) -> Path:
                           {"bucket_multiple": 24, "max_mel_frames": 864})
 
 
+@pytest.fixture(scope="module")
+def neural_vocoder(tmp_path_factory) -> Path:
+    """A small Vocos-style vocoder directory (untrained: the export must reproduce whatever it computes)."""
+    import keras
+
+    from myxtts.config import config_from_dict
+    from myxtts.vocoder.generators import build_generator
+    from myxtts.vocoder.neural import save_vocoder
+
+    root = tmp_path_factory.mktemp("vocoder")
+    cfg = config_from_dict({"vocoder": {"dim": 32, "intermediate_dim": 64, "layers": 1}}, base_dir=root)
+    keras.utils.set_random_seed(7)
+    return save_vocoder(root / "vocoder", cfg, build_generator(cfg))
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("run_fixture", ["parallel_run", "autoregressive_run"])
-def test_exported_model_runs_with_tensorflow_alone_and_matches_synthesize(run_fixture, request, tmp_path):
-    """Both decoders: the autoregressive one exports its compiled step loop (a while_loop over None dims)."""
+@pytest.mark.parametrize("run_fixture,vocoder", [("parallel_run", "griffin-lim"), ("autoregressive_run", "griffin-lim"),
+                                                 ("parallel_run", "neural")])
+def test_exported_model_runs_with_tensorflow_alone_and_matches_synthesize(run_fixture, vocoder, request, tmp_path):
+    """Both decoders (the autoregressive one exports its compiled step loop, a while_loop over None dims) and both
+    kinds of vocoder (a neural one's generator is saved inside the SavedModel)."""
     from myxtts.cli import main
     from myxtts.synthesis import Synthesizer
+    from myxtts.vocoder.neural import load_vocoder
 
     parallel_run = request.getfixturevalue(run_fixture)
+    vocoder_path = str(request.getfixturevalue("neural_vocoder")) if vocoder == "neural" else vocoder
 
     saved = tmp_path / "saved"
-    result = CliRunner().invoke(main, ["export", "--run", str(parallel_run), "--out", str(saved)])
+    result = CliRunner().invoke(main, ["export", "--run", str(parallel_run), "--out", str(saved),
+                                       "--vocoder", vocoder_path])
     assert result.exit_code == 0, result.output
     assert {p.name for p in (saved / "assets").iterdir()} == {"vocab.json", "mel_stats.json", "export.json"}
     info = json.loads((saved / "assets" / "export.json").read_text())
     assert info["sample_rate"] == 22050 and info["embedding_shape"][0] == 1
+    assert info["vocoder"] == (str(Path(vocoder_path).resolve()) if vocoder == "neural" else "griffin-lim")
 
     reference = bundled_wavs(3)[2]
-    synthesizer = Synthesizer.from_run(parallel_run)  # what `myxtts synthesize` runs (before its 16-bit file)
+    synthesizer = Synthesizer.from_run(parallel_run)  # what `myxtts synthesize --vocoder` runs (before its 16-bit file)
+    synthesizer.vocoder = load_vocoder(vocoder_path, synthesizer.cfg.audio)
     expected = synthesizer.synthesize(TEXT, reference)
     tokens = synthesizer.encode([TEXT])[0]
 

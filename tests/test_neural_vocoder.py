@@ -105,10 +105,14 @@ def test_gan_training_learns_on_the_bundled_clips_and_never_retraces(vocoder_cfg
     adversarial = [r for r in records if r.get("phase") == "adversarial"]
     assert adversarial and all(np.isfinite(r["discriminator"]) and r["discriminator"] > 0 for r in adversarial)
     assert all(r["nonfinite_in_a_row"] == 0 for r in records if r["split"] == "train")
+    # every weight is restored from the checkpoint (layers held in lists included): two loads are identical
+    first, second = load_vocoder(workdir, vocoder_cfg.audio), load_vocoder(workdir, vocoder_cfg.audio)
+    for one, other in zip(first.generator.variables, second.generator.variables):
+        np.testing.assert_array_equal(np.asarray(one), np.asarray(other), err_msg=one.path)
     # held-out clips (the cache's validation split, never trained on): resynthesis beats the untrained generator
     frontend = MelFrontend(vocoder_cfg.audio)
     clips = validation_clips(vocoder_cfg)
-    trained = load_vocoder(workdir, vocoder_cfg.audio)
+    trained = first
     untrained = NeuralVocoder(build_generator(vocoder_cfg), vocoder_cfg.audio)
 
     def mel_error(vocoder) -> float:
@@ -150,6 +154,10 @@ def test_a_vocoder_of_other_audio_settings_is_refused(trained_vocoder, tmp_path)
     assert result.exit_code == 2, result.output
     assert "audio.n_mels: vocoder 64, acoustic model 80" in result.output
     assert not (tmp_path / "y.wav").exists()
+    result = CliRunner().invoke(main, ["export", "--run", str(REPO_ROOT / "pretrained" / "base-espeak-tiny"),
+                                       "--vocoder", str(other), "--out", str(tmp_path / "saved")])
+    assert result.exit_code == 2 and "audio.n_mels: vocoder 64, acoustic model 80" in result.output, result.output
+    assert not (tmp_path / "saved").exists()
 
 
 def test_synthesize_speaks_through_the_trained_vocoder(trained_vocoder, tmp_path):

@@ -145,8 +145,9 @@ def _write_report(report: dict, json_path: str | None) -> None:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="SavedModel folder to write.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Config replacing the run's.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@vocoder_option()
 @clean_errors(ValueError, OSError)
-def export_command(run_dir, out_dir, config_path, force) -> None:
+def export_command(run_dir, out_dir, config_path, force, vocoder_path) -> None:
     """A SavedModel of the run's latest checkpoint: signatures speaker_embedding and synthesize (vocoder inside),
     symbol table and mel statistics as assets; TensorFlow alone (or TF Serving) runs it."""
     from myxtts.locks import lock_run_directory
@@ -154,12 +155,12 @@ def export_command(run_dir, out_dir, config_path, force) -> None:
 
     lock = lock_run_directory(run_dir) if _inside(Path(out_dir), Path(run_dir)) else None
     try:
-        written = export_run(run_dir, out_dir, config=config_path, force=force)
+        written = export_run(run_dir, out_dir, config=config_path, force=force, vocoder=vocoder_path)
     finally:
         if lock is not None:
             lock.release()
-    click.echo(f"wrote SavedModel {written} (signatures: speaker_embedding, synthesize; assets: vocab.json, "
-               "mel_stats.json, export.json)")
+    click.echo(f"wrote SavedModel {written} (signatures: speaker_embedding, synthesize with the {vocoder_path} "
+               "vocoder; assets: vocab.json, mel_stats.json, export.json)")
 
 
 def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:

@@ -9,7 +9,8 @@ length, nothing traces when serving):
         same steps as ``Synthesizer.reference_mel`` + ``encode_reference``.
     synthesize(token_ids int32 [1, tokens], embedding float32 [1, K, d], speed float32 []) -> waveform float32
         [1, samples]: text encoder, duration predictor (durations divided by ``speed``), length regulator,
-        decoder and postnet, denormalised, then the Griffin-Lim vocoder, all inside the graph.
+        decoder and postnet, denormalised, then the vocoder (Griffin-Lim, or the neural vocoder given to
+        ``export --vocoder``: its generator's weights are saved with the model's), all inside the graph.
 
 ``token_ids`` are what ``myxtts`` encodes a text to (``<bos>`` + symbols + ``<eos>``); the symbol table
 (``assets/vocab.json``: the text front-end's kind, language and symbols) and the mel statistics
@@ -25,10 +26,12 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from myxtts.audio import MelFrontend
 from myxtts.config import Config
 from myxtts.data.mel_stats import MelStats
 from myxtts.model.durations import alignment_from_durations, durations_from_log
-from myxtts.vocoder import GriffinLim
+from myxtts.vocoder import GriffinLim, Vocoder
+from myxtts.vocoder.neural import NeuralVocoder
 
 ASSETS = ("vocab.json", "mel_stats.json", "export.json")
 
@@ -47,7 +50,7 @@ class _Untracked:
 class ExportedSynthesizer(tf.Module):
     """The module that is saved: the model's variables, the mel statistics and the two signatures."""
 
-    def __init__(self, cfg: Config, model, mel_stats: MelStats):
+    def __init__(self, cfg: Config, model, mel_stats: MelStats, vocoder: Vocoder | None = None):
         super().__init__(name="myxtts")
         # the Keras model is held where tf.Module does not track it (saving would trace its call); its variables are
         # tracked as plain tf.Variables, which is all the traced signatures capture
@@ -57,7 +60,13 @@ class ExportedSynthesizer(tf.Module):
         self.vocab_size = int(model.dims.vocab_size)
         self.mel_mean = tf.constant(mel_stats.mean, tf.float32)  # [n_mels]
         self.mel_std = tf.constant(mel_stats.std, tf.float32)
-        self.vocoder = GriffinLim(cfg.audio)
+        self.frontend = MelFrontend(cfg.audio)
+        self.n_fft = cfg.audio.n_fft
+        vocoder = GriffinLim(cfg.audio) if vocoder is None else vocoder
+        # a neural vocoder's generator is held like the model: untracked, its variables tracked as plain variables
+        self._vocoder = _Untracked(vocoder)
+        self.vocoder_variables = [getattr(variable, "value", variable) for variable in vocoder.generator.variables] \
+            if isinstance(vocoder, NeuralVocoder) else []
         latents, d_model = model.dims.num_speaker_latents, model.dims.d_model
         self.speaker_embedding = tf.function(
             self._speaker_embedding, input_signature=[tf.TensorSpec([1, None], tf.float32, name="waveform")],
@@ -72,10 +81,10 @@ class ExportedSynthesizer(tf.Module):
         return self._held.value
 
     def _speaker_embedding(self, waveform):
-        check = tf.debugging.assert_greater(tf.shape(waveform)[1], self.vocoder.n_fft,
+        check = tf.debugging.assert_greater(tf.shape(waveform)[1], self.n_fft,
                                             message="the reference waveform is too short")
         with tf.control_dependencies([check]):
-            mel = self.vocoder.frontend._single(waveform[0])  # [frames, n_mels] log mel
+            mel = self.frontend._single(waveform[0])  # [frames, n_mels] log mel
         mel = (mel - self.mel_mean) / self.mel_std
         frames = tf.shape(mel)[0]
         start = tf.maximum((frames - self.reference_frames) // 2, 0)  # the middle, as Synthesizer.reference_mel
@@ -101,12 +110,18 @@ class ExportedSynthesizer(tf.Module):
         hard = alignment_from_durations(durations, (frames + r - 1) // r * r)  # [1, frames rounded up, tokens]
         _, mel = self.model.decode(text, hard, frames[None], tf.cast(embedding, self.model.compute_dtype))
         log_mel = mel[0, :frames] * self.mel_std + self.mel_mean  # [frames, n_mels]: the real log mel
-        return {"waveform": self.vocoder._invert(log_mel[None])}  # [1, (frames - 1) * hop]
+        vocoder = self._vocoder.value
+        if isinstance(vocoder, NeuralVocoder):
+            return {"waveform": vocoder.generator(log_mel[None], training=False)}  # [1, (frames - 1) * hop]
+        return {"waveform": vocoder._invert(log_mel[None])}  # [1, (frames - 1) * hop]
 
 
 def export_run(run_dir: str | Path, out_dir: str | Path, config: str | Path | None = None,
-               force: bool = False) -> Path:
-    """Write the SavedModel of a run's latest checkpoint to ``out_dir`` (see the module docstring)."""
+               force: bool = False, vocoder: str | Path | None = None) -> Path:
+    """Write the SavedModel of a run's latest checkpoint to ``out_dir`` (see the module docstring); ``vocoder``: a
+    neural vocoder directory (None or ``griffin-lim``: Griffin-Lim), refused when it reads other mels than the run's."""
+    from myxtts.vocoder.neural import load_vocoder
+
     from myxtts.synthesis.loading import latest_checkpoint, load_model_from_run, load_run_mel_stats
 
     out_dir = Path(out_dir)
@@ -115,8 +130,9 @@ def export_run(run_dir: str | Path, out_dir: str | Path, config: str | Path | No
             raise ExportError(f"{out_dir} exists and is not empty; choose another --out or pass --force.")
         shutil.rmtree(out_dir)
     cfg, model, vocabulary = load_model_from_run(run_dir, config)
+    chosen = load_vocoder(vocoder, cfg.audio, f"the run {run_dir}")
     mel_stats = load_run_mel_stats(run_dir, cfg)
-    module = ExportedSynthesizer(cfg, model, mel_stats)
+    module = ExportedSynthesizer(cfg, model, mel_stats, chosen)
     staging = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     tf.saved_model.save(module, str(staging), signatures={"speaker_embedding": module.speaker_embedding,
@@ -130,6 +146,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, config: str | Path | No
         "sample_rate": cfg.audio.sample_rate, "reference_frames": cfg.data.reference_frames,
         "embedding_shape": [1, model.dims.num_speaker_latents, model.dims.d_model],
         "bos_id": vocabulary.symbols.index("<bos>"), "eos_id": vocabulary.symbols.index("<eos>"),
+        "vocoder": str(Path(vocoder).resolve()) if isinstance(chosen, NeuralVocoder) else "griffin-lim",
         "griffin_lim_iters": cfg.audio.griffin_lim_iters}, indent=1), encoding="utf-8")
     staging.rename(out_dir)  # complete or absent: never a half-written SavedModel under the asked name
     return out_dir

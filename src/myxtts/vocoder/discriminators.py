@@ -83,8 +83,11 @@ class Discriminators(keras.Model):
 
 
 def build_discriminators(cfg: Any) -> Discriminators:
+    from myxtts.model.layers import track_listed_layers
+
     v = cfg.vocoder
     discriminators = Discriminators(v.discriminator_periods, v.discriminator_channels, v.resolution_ffts,
                                     v.resolution_channels, name="discriminators")
     discriminators(tf.zeros([1, v.segment_samples]))  # creates the weights
+    track_listed_layers(discriminators)  # the members and their convolution lists: checkpoint children too
     return discriminators

@@ -127,10 +127,12 @@ class VocosGenerator(keras.Model):
 def build_generator(cfg: Any) -> keras.Model:
     """The generator ``cfg.vocoder`` describes, for ``cfg.audio``'s front-end, built (its weights exist)."""
     from myxtts.audio import MelFrontend
+    from myxtts.model.layers import track_listed_layers
 
     a, v = cfg.audio, cfg.vocoder
     window = MelFrontend(a).window.numpy()  # the analysis window: the inverse uses the same
     generator = VocosGenerator(a.n_mels, a.n_fft, a.hop_length, window, vocos_size(v), v.kernel_size,
                                name="vocos_generator")
     generator(tf.zeros([1, 4, a.n_mels]))  # creates the weights
+    track_listed_layers(generator)  # the blocks list: checkpoint children too
     return generator

@@ -51,6 +51,37 @@ def write_vocoder_json(directory: Path, cfg: Any, generator: Any, trained_on: st
     return path
 
 
+def save_vocoder(directory: str | Path, cfg: Any, generator: Any, trained_on: str = "", step: int = 0) -> Path:
+    """A vocoder directory holding only the generator: config.yaml, vocoder.json, checkpoints/ckpt-STEP."""
+    from myxtts.config import save_config
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, directory / "config.yaml")
+    write_vocoder_json(directory, cfg, generator, trained_on)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(generator=generator), str(directory / CHECKPOINT_DIR),
+                                         max_to_keep=1)
+    manager.save(checkpoint_number=step)
+    return directory
+
+
+def pack_vocoder(run_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
+    """A vocoder run's newest generator, without discriminators and optimizers, as a folder to ship."""
+    from myxtts.vocoder.generators import build_generator
+
+    cfg, record = read_vocoder_dir(run_dir)
+    checkpoint = newest_checkpoint(Path(run_dir))
+    generator = build_generator(cfg)
+    tf.train.Checkpoint(generator=generator).restore(checkpoint).expect_partial().assert_existing_objects_matched()
+    step = int(checkpoint.rsplit("-", 1)[1])
+    minutes = float(tf.train.load_variable(checkpoint, "trained_seconds/.ATTRIBUTES/VARIABLE_VALUE")) / 60.0
+    save_vocoder(out_dir, cfg, generator, record.get("trained_on", ""), step)
+    record = {**json.loads((Path(out_dir) / VOCODER_FILE).read_text(encoding="utf-8")), "step": step,
+              "training_minutes": round(minutes, 1)}
+    (Path(out_dir) / VOCODER_FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
+    return record
+
+
 def read_vocoder_dir(path: str | Path) -> tuple[Any, dict[str, Any]]:
     """(config, vocoder.json record) of a vocoder directory; VocoderError naming what is missing."""
     from myxtts.config import load_config
@@ -141,9 +172,11 @@ class NeuralVocoder(Vocoder):
                          f"{self.n_mels}] (audio.n_mels), got {log_mel.shape}.")
 
 
-def load_vocoder(path: str | Path | None, audio_cfg: Any, acoustic_name: str = "the acoustic model") -> Vocoder:
-    """``griffin-lim`` (or None) -> ``GriffinLim(audio_cfg)``; a vocoder directory -> its ``NeuralVocoder``, after
-    checking it reads the mels ``audio_cfg`` describes (VocoderMismatchError otherwise)."""
+def load_vocoder(path: str | Path | None, audio_cfg: Any, acoustic_name: str = "the acoustic model",
+                 checkpoint: str | None = None) -> Vocoder:
+    """``griffin-lim`` (or None) -> ``GriffinLim(audio_cfg)``; a vocoder directory -> its ``NeuralVocoder`` (the newest
+    checkpoint, or ``checkpoint``: a prefix of the same vocoder's), after checking it reads the mels ``audio_cfg``
+    describes (VocoderMismatchError otherwise)."""
     from myxtts.vocoder.generators import build_generator
     from myxtts.vocoder.griffin_lim import GriffinLim
 
@@ -152,6 +185,6 @@ def load_vocoder(path: str | Path | None, audio_cfg: Any, acoustic_name: str = "
     cfg, record = read_vocoder_dir(path)
     check_audio_match(path, record["audio"], acoustic_name, audio_cfg)
     generator = build_generator(cfg)
-    tf.train.Checkpoint(generator=generator).restore(newest_checkpoint(Path(path))).expect_partial() \
+    tf.train.Checkpoint(generator=generator).restore(checkpoint or newest_checkpoint(Path(path))).expect_partial() \
         .assert_existing_objects_matched()
     return NeuralVocoder(generator, cfg.audio, str(path))

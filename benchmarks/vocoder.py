@@ -1,0 +1,198 @@
+"""Vocoder benchmark: resynthesis of held-out recordings by Griffin-Lim and by neural vocoders, in the same run.
+
+For the last ``--held-out`` clips of an LJSpeech-layout corpus (never trained on: the shipped vocoder trains on the
+clips before them), each recording's log mel (the project's front-end) is turned back into audio by every system and
+judged against the recording (``vocoder_metrics``: PESQ-wb, STOI, MCD, F0 RMSE, V/UV F1, periodicity error,
+naturalness with ``--nisqa``, pocketsphinx CER, Resemblyzer similarity). The recordings themselves are judged too,
+so every figure has its ceiling beside it. ``--curve RUN`` adds one system per checkpoint of a vocoder run (and of
+``--snapshots DIR``, copies of older ones), with its training minutes: quality against training time. The real-time
+factor (vocoding seconds / audio seconds, 2 cores) is measured in ``--rounds`` alternated rounds, paired per round
+with Griffin-Lim's (32 iterations).
+
+Run: ``.venv/bin/python benchmarks/vocoder.py --corpus ../shared/data/ljspeech-mini --nisqa ../shared/judges/nisqa
+--vocoder vocos=pretrained/vocoder-vocos-ljspeech --json docs/benchmarks/vocoder.json``
+(needs the ``bench`` and ``judge`` extras; NISQA needs torch, librosa and pandas in this Python).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import myxtts  # noqa: E402,F401  (first: the process settings TensorFlow reads at import)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+from common import machine, paired_ratios, spread, tensorflow_environment  # noqa: E402
+
+QUALITY_KEYS = ("naturalness", "cer", "similarity", "pesq_wb", "stoi", "mcd", "f0_rmse", "vuv_f1", "periodicity_rmse")
+
+
+def held_out_clips(corpus: Path, count: int) -> list[tuple[str, str]]:
+    """(id, normalised text) of the last ``count`` lines of ``corpus/metadata.csv``."""
+    lines = [line.split("|") for line in (corpus / "metadata.csv").read_text(encoding="utf-8").splitlines() if line]
+    if len(lines) <= count:
+        sys.exit(f"Error: {corpus / 'metadata.csv'} has {len(lines)} clips; --held-out {count} leaves none trained on.")
+    return [(fields[0], fields[-1]) for fields in lines[-count:]]
+
+
+def curve_systems(run: Path, snapshots: Path | None) -> list[tuple[str, str, float]]:
+    """(name, checkpoint prefix, training minutes) of every checkpoint of a vocoder run and its snapshot folder."""
+    import tensorflow as tf
+
+    prefixes = {}
+    for folder in [run / "checkpoints", *([snapshots] if snapshots else [])]:
+        for index in sorted(Path(folder).glob("ckpt-*.index")):
+            prefixes[int(index.stem.split("-")[1])] = str(index.with_suffix(""))
+    systems = []
+    for step, prefix in sorted(prefixes.items()):
+        seconds = float(tf.train.load_variable(prefix, "trained_seconds/.ATTRIBUTES/VARIABLE_VALUE"))
+        systems.append((f"{run.name}@{step}", prefix, seconds / 60.0))
+    return systems
+
+
+def judge(waves: list[np.ndarray], recordings: list[np.ndarray], texts: list[str], rate: int, args) -> dict:
+    """Every metric of ``vocoder_metrics`` per clip (waves and recordings sample-aligned), and their means."""
+    import vocoder_metrics as metrics
+    from myxtts.evaluation.listening import listen
+    from myxtts.evaluation.metrics import mel_cepstral_distortion
+
+    per_clip: dict[str, list[float]] = {key: [] for key in QUALITY_KEYS}
+    is_recording = all(wave is recording for wave, recording in zip(waves, recordings))
+    for wave, recording in zip(waves, recordings):
+        if not is_recording:
+            per_clip["pesq_wb"].append(metrics.pesq_wb(recording, wave, rate))
+            per_clip["stoi"].append(metrics.stoi(recording, wave, rate))
+            per_clip["mcd"].append(mel_cepstral_distortion(recording, wave, rate))
+            if not args.no_pitch:
+                errors = metrics.pitch_errors(metrics.pitch_track(recording, rate), metrics.pitch_track(wave, rate))
+                for key, value in errors.items():
+                    per_clip[key].append(value)
+    heard = listen(waves, texts, rate)
+    per_clip["cer"] = [item["cer"] for item in heard["items"]]
+    if not args.no_similarity:
+        per_clip["similarity"] = metrics.leave_one_out_similarity(waves, recordings, rate)
+    if args.nisqa:
+        per_clip["naturalness"] = metrics.naturalness(waves, rate, Path(args.nisqa))
+    means = {key: float(np.nanmean(values)) for key, values in per_clip.items() if values}
+    means["cer"] = heard["cer"]  # the corpus CER (characters pooled), as the other benchmarks report it
+    return {**means, "per_clip": per_clip}
+
+
+def real_time_factors(systems: dict, mels: list[np.ndarray], seconds: float, rounds: int) -> dict:
+    """Vocoding seconds / audio seconds per system and round; the order rotates each round (no system always first)."""
+    names = list(systems)
+    for name in names:  # warm-up: every graph traced and run before timing
+        np.asarray(systems[name](mels[0]))
+    per_round: dict[str, list[float]] = {name: [] for name in names}
+    for index in range(rounds):
+        for name in names[index % len(names):] + names[:index % len(names)]:
+            started = time.perf_counter()
+            for mel in mels:
+                np.asarray(systems[name](mel))
+            per_round[name].append((time.perf_counter() - started) / seconds)
+    return {name: {**spread(values), "per_round": values,
+                   "ratio_to_griffin_lim": paired_ratios(values, per_round["griffin_lim"])}
+            for name, values in per_round.items()}
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curve = [s for s in report["systems"].values() if s.get("trained_minutes") is not None]
+    keys = [k for k in ("naturalness", "cer", "similarity", "pesq_wb") if any(k in s for s in report["systems"].values())]
+    figure, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4))
+    for axis, key in zip(np.atleast_1d(axes), keys):
+        if curve:
+            points = sorted((s["trained_minutes"], s[key]) for s in curve if key in s)
+            axis.plot(*zip(*points), "o-", label="vocoder (checkpoints)")
+        for name, style in (("recordings", "g--"), ("griffin_lim", "r--")):
+            if key in report["systems"].get(name, {}):
+                axis.axhline(report["systems"][name][key], color=style[0], linestyle="--", label=name)
+        for name, system in report["systems"].items():
+            if name not in ("recordings", "griffin_lim") and system.get("trained_minutes") is None and key in system:
+                axis.axhline(system[key], linestyle=":", label=name)
+        axis.set_title(key)
+        axis.set_xlabel("training minutes")
+    np.atleast_1d(axes)[0].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--corpus", type=Path, required=True, help="LJSpeech-layout corpus (metadata.csv, wavs/).")
+    parser.add_argument("--held-out", type=int, default=30, help="The last N clips: judged, never trained on.")
+    parser.add_argument("--vocoder", action="append", default=[], metavar="NAME=DIR", help="A vocoder to judge.")
+    parser.add_argument("--curve", type=Path, help="A vocoder run: judge each of its checkpoints.")
+    parser.add_argument("--snapshots", type=Path, help="A folder of older checkpoints of --curve's run.")
+    parser.add_argument("--nisqa", help="The NISQA-TTS folder (nisqa_mos.py): naturalness.")
+    parser.add_argument("--rounds", type=int, default=3, help="Alternated rounds of the real-time factor.")
+    parser.add_argument("--no-pitch", action="store_true", help="Skip pYIN (F0, V/UV, periodicity): faster.")
+    parser.add_argument("--no-similarity", action="store_true", help="Skip Resemblyzer.")
+    parser.add_argument("--json", type=Path, required=True)
+    args = parser.parse_args()
+
+    from myxtts.audio import MelFrontend, load_audio
+    from myxtts.config import AudioConfig
+    from myxtts.vocoder import GriffinLim
+    from myxtts.vocoder.neural import load_vocoder
+
+    audio_cfg = AudioConfig()
+    rate = audio_cfg.sample_rate
+    clips = held_out_clips(args.corpus, args.held_out)
+    frontend = MelFrontend(audio_cfg)
+    mels = [frontend(load_audio(args.corpus / "wavs" / f"{clip_id}.wav", rate)).numpy() for clip_id, _ in clips]
+    recordings = [load_audio(args.corpus / "wavs" / f"{clip_id}.wav", rate)[:(len(mel) - 1) * audio_cfg.hop_length]
+                  for (clip_id, _), mel in zip(clips, mels)]
+    texts = [text for _, text in clips]
+    seconds = sum(len(wave) for wave in recordings) / rate
+    systems = {"griffin_lim": GriffinLim(audio_cfg)}
+    minutes = {}
+    for item in args.vocoder:
+        name, _, path = item.partition("=")
+        systems[name] = load_vocoder(path, audio_cfg, "the benchmark's front-end")
+    if args.curve:
+        for name, prefix, trained in curve_systems(args.curve, args.snapshots):
+            systems[name] = load_vocoder(args.curve, audio_cfg, "the benchmark's front-end", checkpoint=prefix)
+            minutes[name] = trained
+    report = {"benchmark": "vocoder", "corpus": str(args.corpus), "held_out": [clip_id for clip_id, _ in clips],
+              "audio_seconds": seconds, "machine": machine(), "tensorflow": tensorflow_environment(),
+              "arguments": {key: str(value) for key, value in vars(args).items()}, "systems": {}}
+
+    def save() -> None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1), encoding="utf-8")
+
+    report["systems"]["recordings"] = judge(recordings, recordings, texts, rate, args)
+    save()
+    print(f"recordings: {summary_line(report['systems']['recordings'])}", flush=True)
+    for name, system in systems.items():
+        waves = [np.asarray(system(mel), np.float32) for mel in mels]
+        report["systems"][name] = {**judge(waves, recordings, texts, rate, args), "trained_minutes": minutes.get(name)}
+        save()
+        print(f"{name}: {summary_line(report['systems'][name])}", flush=True)
+    rtf_systems = {name: system for name, system in systems.items() if name not in minutes or name == max(minutes, key=minutes.get)}
+    report["real_time_factor"] = real_time_factors(rtf_systems, mels, seconds, args.rounds)
+    save()
+    for name, figures in report["real_time_factor"].items():
+        print(f"RTF {name}: {figures['median']:.4f} ({figures['min']:.4f}-{figures['max']:.4f}); "
+              f"x{figures['ratio_to_griffin_lim']['median']:.3f} of Griffin-Lim's", flush=True)
+    plot(report, args.json.with_suffix(".png"))
+
+
+def summary_line(system: dict) -> str:
+    return ", ".join(f"{key} {system[key]:.3f}" for key in QUALITY_KEYS if key in system)
+
+
+if __name__ == "__main__":
+    main()
