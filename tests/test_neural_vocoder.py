@@ -158,6 +158,9 @@ def test_a_vocoder_of_other_audio_settings_is_refused(trained_vocoder, tmp_path)
                                        "--vocoder", str(other), "--out", str(tmp_path / "saved")])
     assert result.exit_code == 2 and "audio.n_mels: vocoder 64, acoustic model 80" in result.output, result.output
     assert not (tmp_path / "saved").exists()
+    result = CliRunner().invoke(main, ["serve", "--run", str(REPO_ROOT / "pretrained" / "base-espeak-tiny"),
+                                       "--voice", f"a={bundled_wavs(1)[0]}", "--vocoder", str(other)])
+    assert result.exit_code == 2 and "audio.n_mels: vocoder 64, acoustic model 80" in result.output, result.output
 
 
 def test_synthesize_speaks_through_the_trained_vocoder(trained_vocoder, tmp_path):
@@ -174,6 +177,28 @@ def test_synthesize_speaks_through_the_trained_vocoder(trained_vocoder, tmp_path
     audio, rate = soundfile.read(out)
     frames = int(result.output.split(" frames")[0].rsplit(" ", 1)[-1])
     assert rate == 22050 and audio.shape == ((frames - 1) * 256,) and np.abs(audio).max() > 0.01
+
+
+def test_pack_keeps_the_generator_alone(trained_vocoder, tmp_path):
+    from myxtts.cli import main
+    from myxtts.vocoder.neural import load_vocoder
+
+    workdir, summary = trained_vocoder
+    packed = tmp_path / "packed"
+    result = CliRunner().invoke(main, ["pack", "--run", str(workdir), "--out", str(packed)])
+    assert result.exit_code == 0 and "packed vocoder step 240" in result.output, result.output
+    names = {name for name, _ in tf.train.list_variables(tf.train.latest_checkpoint(str(packed / "checkpoints")))}
+    assert not any(name.startswith(("discriminators/", "generator_optimizer/")) for name in names)
+    record = json.loads((packed / "vocoder.json").read_text())
+    assert record["step"] == 240 and record["training_minutes"] > 0
+    run_bytes = sum(path.stat().st_size for path in (workdir / "checkpoints").glob("ckpt-240.*"))
+    assert record["bytes"] < run_bytes / 2
+    audio_cfg = AudioConfig()
+    mel = MelFrontend(audio_cfg)(load_audio(bundled_wavs(1)[0], audio_cfg.sample_rate)).numpy()
+    np.testing.assert_array_equal(load_vocoder(packed, audio_cfg)(mel).numpy(),
+                                  load_vocoder(workdir, audio_cfg)(mel).numpy())
+    result = CliRunner().invoke(main, ["pack", "--run", str(workdir), "--out", str(packed)])
+    assert result.exit_code == 2 and "already holds a packed vocoder" in result.output
 
 
 def test_train_vocoder_refuses_acoustic_only_keys_and_bad_segments(vocoder_cfg, tmp_path):

@@ -110,8 +110,9 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the report as JSON here.")
 @click.option("--plots", "plots_dir", type=click.Path(file_okay=False),
               help="Write mel / alignment PNGs per clip here.")
+@vocoder_option()
 @clean_errors(ValueError, OSError)
-def evaluate_command(run_dir, data_path, config_path, limit, json_path, plots_dir) -> None:
+def evaluate_command(run_dir, data_path, config_path, limit, json_path, plots_dir, vocoder_path) -> None:
     """MCD-DTW, teacher-forced mel L1, duration error, aligner focus / diagonality, real-time factor."""
     from myxtts.evaluation.evaluate import evaluate_run
     from myxtts.locks import lock_run_directory
@@ -119,7 +120,8 @@ def evaluate_command(run_dir, data_path, config_path, limit, json_path, plots_di
     writes_into_run = [p for p in (json_path, plots_dir) if p and _inside(Path(p), Path(run_dir))]
     lock = lock_run_directory(run_dir) if writes_into_run else None  # a training writing the run excludes us
     try:
-        report = evaluate_run(run_dir, data=data_path, config=config_path, limit=limit, plots_dir=plots_dir)
+        report = evaluate_run(run_dir, data=data_path, config=config_path, limit=limit, plots_dir=plots_dir,
+                              vocoder=vocoder_path)
         _write_report(report, json_path)
     finally:
         if lock is not None:
@@ -188,8 +190,9 @@ def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:
               help="Sentences (of any requests) decoded together in one compiled call.")
 @click.option("--max-characters", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Longest input a request may send.")
+@vocoder_option()
 @clean_errors(ValueError, OSError)
-def serve_command(run_dir, voice_specs, host, port, batch_size, max_characters) -> None:
+def serve_command(run_dir, voice_specs, host, port, batch_size, max_characters, vocoder_path) -> None:
     """An HTTP server: OpenAI-compatible POST /v1/audio/speech streamed sentence by sentence, GET /health
     (needs the serve extra: pip install -e '.[serve]')."""
     try:
@@ -200,7 +203,10 @@ def serve_command(run_dir, voice_specs, host, port, batch_size, max_characters) 
     from myxtts.synthesis.serving import SpeechEngine
 
     voices = _voices(voice_specs)
+    from myxtts.vocoder.neural import load_vocoder
+
     synthesizer = Synthesizer.from_run(run_dir, batch_size=batch_size)
+    synthesizer.vocoder = load_vocoder(vocoder_path, synthesizer.cfg.audio, f"the acoustic model {run_dir}")
     engine = SpeechEngine(synthesizer, voices, batch_size=batch_size, max_characters=max_characters)
     click.echo(f"warm-up: {engine.compiles_at_warmup} compiled functions in {engine.warmup_seconds:.1f} s; voices "
                f"{sorted(voices)}; serving on http://{host}:{port} (POST /v1/audio/speech, GET /health)")
@@ -217,7 +223,13 @@ def pack_command(run_dir: str, out_dir: str) -> None:
     """A run's newest model, without optimizer state, as a folder to ship: synthesize --run and train --init-from
     take it."""
     from myxtts.synthesis.loading import pack_run
+    from myxtts.vocoder.neural import VOCODER_FILE, pack_vocoder
 
+    if (Path(run_dir) / VOCODER_FILE).is_file():  # a `train-vocoder` run: its generator alone
+        record = pack_vocoder(run_dir, out_dir)
+        click.echo(f"packed vocoder step {record['step']}, {record['training_minutes']:.1f} training minutes "
+                   f"({record['parameters']:,} parameters, {record['bytes'] / 1e6:.1f} MB) into {out_dir}")
+        return
     record = pack_run(run_dir, out_dir)
     minutes = "" if record["training_minutes"] is None else f", {record['training_minutes']:.1f} training minutes"
     click.echo(f"packed step {record['step']}{minutes} ({record['parameters']:,} parameters, "

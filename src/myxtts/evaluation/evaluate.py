@@ -180,16 +180,23 @@ def summarize(items: list[dict[str, Any]]) -> dict[str, float]:
 
 def evaluate_run(run_dir: str | os.PathLike, data: str | os.PathLike | None = None,
                  config: str | os.PathLike | None = None, limit: int | None = None,
-                 plots_dir: str | os.PathLike | None = None, synthesizer: Synthesizer | None = None) -> dict[str, Any]:
-    """The evaluation report (JSON-ready): summary means, per-clip items, run / machine description."""
+                 plots_dir: str | os.PathLike | None = None, synthesizer: Synthesizer | None = None,
+                 vocoder: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The evaluation report (JSON-ready): summary means, per-clip items, run / machine description. ``vocoder``: a
+    neural vocoder directory for the audio (None or ``griffin-lim``: Griffin-Lim)."""
+    from myxtts.vocoder.neural import load_vocoder
+
     # an overlong prediction is a finding of the report (cut_at_maximum), not a reason to stop it
     synthesizer = synthesizer or Synthesizer.from_run(run_dir, config=config, truncate_long=True)
+    if vocoder is not None:
+        synthesizer.vocoder = load_vocoder(vocoder, synthesizer.cfg.audio, f"the acoustic model {run_dir}")
     entries, pool, source = corpus_entries(synthesizer.cfg, data)
     if limit is not None:
         entries = entries[:limit]
     started = time.perf_counter()
     items = evaluate(synthesizer, entries, pool, plots_dir)
     return {"run": str(run_dir), "checkpoint": synthesizer.checkpoint, "data": source, "clips": len(items),
+            "vocoder": getattr(synthesizer.vocoder, "path", "") or "griffin-lim",
             "summary": summarize(items), "items": items, "synthesis": synthesizer.describe(),
             "decoder_traces": synthesizer.tracing_count(), "seconds": time.perf_counter() - started,
             "plots": str(plots_dir) if plots_dir is not None else None, "machine": machine_description()}

@@ -75,10 +75,18 @@ def pack_vocoder(run_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
     tf.train.Checkpoint(generator=generator).restore(checkpoint).expect_partial().assert_existing_objects_matched()
     step = int(checkpoint.rsplit("-", 1)[1])
     minutes = float(tf.train.load_variable(checkpoint, "trained_seconds/.ATTRIBUTES/VARIABLE_VALUE")) / 60.0
+    from myxtts.synthesis.loading import _relative_paths
+
+    out_dir = Path(out_dir)
+    if any(out_dir.glob(f"{CHECKPOINT_DIR}/*.index")):
+        raise VocoderError(f"{out_dir} already holds a packed vocoder; remove its checkpoints/ folder or choose another "
+                           "--out.")
     save_vocoder(out_dir, cfg, generator, record.get("trained_on", ""), step)
-    record = {**json.loads((Path(out_dir) / VOCODER_FILE).read_text(encoding="utf-8")), "step": step,
-              "training_minutes": round(minutes, 1)}
-    (Path(out_dir) / VOCODER_FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
+    _relative_paths(out_dir / "config.yaml")
+    record = {**json.loads((out_dir / VOCODER_FILE).read_text(encoding="utf-8")), "step": step,
+              "training_minutes": round(minutes, 1), "source_checkpoint": Path(checkpoint).name,
+              "bytes": sum(path.stat().st_size for path in (out_dir / CHECKPOINT_DIR).iterdir())}
+    (out_dir / VOCODER_FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
     return record
 
 
