@@ -201,6 +201,50 @@ def test_pack_keeps_the_generator_alone(trained_vocoder, tmp_path):
     assert result.exit_code == 2 and "already holds a packed vocoder" in result.output
 
 
+def test_fine_tuning_on_an_acoustic_models_teacher_forced_mels(vocoder_cfg, trained_vocoder, tmp_path):
+    """--acoustic-run: the shipped base reads each clip's text and real mel through its aligner; the vocoder (warm
+    started from the trained one, discriminators included) trains on those mels, aligned with the clips' audio."""
+    from myxtts.data.cache import FeatureCache, read_utterance
+    from myxtts.data.prepare import prepare
+    from myxtts.training.vocoder_trainer import train_vocoder
+
+    corpus = tmp_path / "corpus"
+    (corpus / "wavs").mkdir(parents=True)
+    lines = (REPO_ROOT / "data" / "ljspeech-bundled" / "metadata.csv").read_text().splitlines()[:5]
+    (corpus / "metadata.csv").write_text("\n".join(lines) + "\n")
+    for line in lines:
+        name = line.split("|")[0] + ".wav"
+        shutil.copy(REPO_ROOT / "data" / "ljspeech-bundled" / "wavs" / name, corpus / "wavs" / name)
+    raw = vocoder_cfg.to_dict()
+    raw["data"].update(corpus_path=str(corpus), cache_dir=str(tmp_path / "cache"), validation_size=1)
+    raw["training"].update(max_steps=6, validate_every=6, checkpoint_every=6, summary_every=0)
+    raw["vocoder"].update(adversarial_start_step=3)
+    cfg = config_from_dict(raw, base_dir=tmp_path)
+    prepare(cfg, progress=False)
+    workdir, _ = trained_vocoder
+    lines_out = []
+    summary = train_vocoder(cfg, tmp_path / "finetuned", init_from=workdir,
+                            acoustic_run=REPO_ROOT / "pretrained" / "base-espeak-tiny", progress=False,
+                            echo=lines_out.append)
+    assert summary["steps"] == 6 and summary["retraces_after_warmup"] == 0
+    assert any("generator and discriminators" in line for line in lines_out), lines_out
+    cache = FeatureCache.load(cfg)
+    mels = tmp_path / "finetuned" / "acoustic-mels"
+    assert json.loads((mels / "source.json").read_text())["clips"] == len(cache) == 5
+    for row in range(len(cache)):
+        generated = read_utterance(mels / cache.files[row])[1].astype(np.float32)
+        real = cache.utterance_mel(row).astype(np.float32)
+        assert generated.shape == real.shape  # teacher-forced: the clip's own frames, aligned with its audio
+        assert 0.05 < float(np.mean(np.abs(generated - real))) < 2.0  # the model's mel, near the real one
+    # a resumed or repeated run reuses the mels of the same checkpoint
+    from myxtts.vocoder.acoustic_mels import write_acoustic_mels
+
+    lines_out.clear()
+    write_acoustic_mels(cfg, REPO_ROOT / "pretrained" / "base-espeak-tiny", mels, progress=False,
+                        echo=lines_out.append)
+    assert lines_out and lines_out[0].startswith("acoustic mels: reusing")
+
+
 def test_train_vocoder_refuses_acoustic_only_keys_and_bad_segments(vocoder_cfg, tmp_path):
     from myxtts.cli import main
 

@@ -14,11 +14,12 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from myxtts.data.vocoder_segments import VocoderDataError
     from myxtts.diagnostics import RetraceError
     from myxtts.locks import DirectoryBusyError
+    from myxtts.synthesis import RunError
     from myxtts.training.checkpoint import CheckpointError
     from myxtts.training.vocoder_trainer import VocoderTrainingError
     from myxtts.vocoder.neural import VocoderError
     return (CacheError, VocoderDataError, RetraceError, DirectoryBusyError, CheckpointError, VocoderTrainingError,
-            VocoderError)
+            VocoderError, RunError)
 
 
 @click.command("train-vocoder")
@@ -30,10 +31,13 @@ def _known_errors() -> tuple[type[BaseException], ...]:
 @click.option("--init-from", "init_from", type=click.Path(exists=True, file_okay=False), default=None,
               help="Start from another vocoder's weights (a run or a packed vocoder, e.g. "
                    "pretrained/vocoder-vocos-ljspeech): fine-tuning on this config's corpus.")
+@click.option("--acoustic-run", "acoustic_run", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Train on this acoustic model's teacher-forced mels of the corpus (ground-truth aligned, written "
+                   "once into WORKDIR/acoustic-mels), so the vocoder learns the mels it will read at synthesis.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (for logs).")
 @override_option()
 def train_vocoder_command(config_path: str, workdir: str | None, resume: bool, init_from: str | None,
-                          no_progress: bool, overrides: tuple[str, ...]) -> None:
+                          acoustic_run: str | None, no_progress: bool, overrides: tuple[str, ...]) -> None:
     """Train a neural vocoder (log mel -> waveform) with GAN losses on fixed-length segments of the prepared cache.
 
     One compiled step per phase (generator alone, then with the discriminators), traced at warm-up. Ctrl-C (or
@@ -46,8 +50,8 @@ def train_vocoder_command(config_path: str, workdir: str | None, resume: bool, i
     def go() -> dict:
         from myxtts.training.interrupt import die_by
         from myxtts.training.vocoder_trainer import train_vocoder
-        summary = train_vocoder(cfg, workdir, resume=resume, init_from=init_from, progress=not no_progress,
-                                echo=click.echo, stop_on_signals=True)
+        summary = train_vocoder(cfg, workdir, resume=resume, init_from=init_from, acoustic_run=acoustic_run,
+                                progress=not no_progress, echo=click.echo, stop_on_signals=True)
         if summary["interrupted_by"]:
             die_by(summary["interrupted_by"])
         return summary

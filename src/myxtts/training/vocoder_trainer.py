@@ -16,6 +16,7 @@ Vocoder run directory::
     WORKDIR/config.yaml   resolved config        WORKDIR/vocoder.json  family, sizes, audio front-end (see neural.py)
     WORKDIR/checkpoints/  generator, discriminators, both optimizers, counters, the data iterator
     WORKDIR/metrics.jsonl, WORKDIR/tensorboard/{train,validation}/, WORKDIR/retraces.jsonl, WORKDIR/run.lock
+    WORKDIR/acoustic-mels/  with --acoustic-run: that model's teacher-forced mels (source.json names its checkpoint)
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ ACOUSTIC_ONLY_TRAINING_KEYS = ("gradient_accumulation_steps", "steps_per_executi
                                "freeze")
 
 
+ACOUSTIC_MELS_DIR = "acoustic-mels"  # an acoustic run's teacher-forced mels, in the cache's utterance layout
+
+
 class VocoderTrainingError(ValueError):
     """A vocoder run cannot start or go on (bad keys, a run directory in the way, non-finite steps)."""
 
@@ -60,12 +64,13 @@ def check_vocoder_keys(cfg: Config) -> None:
 
 class VocoderTrainer:
     def __init__(self, cfg: Config, workdir: str | Path, resume: bool = False, *, init_from: str | Path | None = None,
-                 mel_dir: Path | None = None, progress: bool = True, echo: Callable[[str], None] = print,
+                 acoustic_run: str | Path | None = None, progress: bool = True, echo: Callable[[str], None] = print,
                  stop_on_signals: bool = False) -> None:
         """``init_from``: a vocoder (run or packed) whose generator (and discriminators, when it has them) start
-        this run; ``mel_dir``: utterance files holding other mels than the cache's (an acoustic model's)."""
+        this run; ``acoustic_run``: train on that acoustic model's teacher-forced mels of the cache's clips
+        (``vocoder.acoustic_mels``) instead of the recordings' mels."""
         self.cfg, self.workdir, self.resume = cfg, Path(workdir), resume
-        self.init_from, self.mel_dir = init_from, mel_dir
+        self.init_from, self.acoustic_run, self.mel_dir = init_from, acoustic_run, None
         self.progress, self.echo, self.stop_on_signals = progress, echo, stop_on_signals
         self.locks: list[Any] = []
 
@@ -98,6 +103,11 @@ class VocoderTrainer:
         from myxtts.data.vocoder_segments import VocoderSegments, validation_clips
 
         self.locks.append(lock_cache_for_reading(self.cfg.cache_dir, self.echo))
+        if self.acoustic_run is not None:
+            from myxtts.vocoder.acoustic_mels import write_acoustic_mels
+
+            self.mel_dir = write_acoustic_mels(self.cfg, self.acoustic_run, self.workdir / ACOUSTIC_MELS_DIR,
+                                               self.progress, self.echo)
         self.segments = VocoderSegments(self.cfg, "train", mel_dir=self.mel_dir)
         self.signature = self.segments.signature()
         self.validation = validation_clips(self.cfg, mel_dir=self.mel_dir)

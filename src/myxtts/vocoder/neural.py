@@ -145,8 +145,7 @@ def restore_generator(path: str | Path, cfg: Any, generator: Any, discriminators
                            f"builds {(ours.dim, ours.intermediate_dim, ours.layers, cfg.vocoder.kernel_size)}: set "
                            "the vocoder section's sizes (or preset) to the source's.")
     checkpoint = newest_checkpoint(Path(path))
-    names = {name for name, _ in tf.train.list_variables(checkpoint)}
-    has_discriminators = discriminators is not None and any(n.startswith("discriminators/") for n in names) and \
+    has_discriminators = discriminators is not None and "discriminators" in _checkpoint_children(checkpoint) and \
         tuple(source_cfg.vocoder.discriminator_periods) == tuple(cfg.vocoder.discriminator_periods) and \
         tuple(source_cfg.vocoder.resolution_ffts) == tuple(cfg.vocoder.resolution_ffts) and \
         (source_cfg.vocoder.discriminator_channels, source_cfg.vocoder.resolution_channels) == \
@@ -154,6 +153,15 @@ def restore_generator(path: str | Path, cfg: Any, generator: Any, discriminators
     objects = {"generator": generator, **({"discriminators": discriminators} if has_discriminators else {})}
     tf.train.Checkpoint(**objects).restore(checkpoint).expect_partial().assert_existing_objects_matched()
     return {"checkpoint": checkpoint, "discriminators": has_discriminators}
+
+
+def _checkpoint_children(checkpoint: str) -> set[str]:
+    """Names of the objects a checkpoint saved at its root (a run: generator, discriminators, optimizers...)."""
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(tf.train.load_checkpoint(checkpoint).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    return {child.local_name for child in graph.nodes[0].children}
 
 
 class NeuralVocoder(Vocoder):
