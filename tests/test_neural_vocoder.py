@@ -245,6 +245,20 @@ def test_fine_tuning_on_an_acoustic_models_teacher_forced_mels(vocoder_cfg, trai
     assert lines_out and lines_out[0].startswith("acoustic mels: reusing")
 
 
+def test_diagnose_pipeline_reads_the_vocoder_segments(vocoder_cfg, tmp_path):
+    from myxtts.cli import main
+
+    config = tmp_path / "vocoder.yaml"
+    save_config(vocoder_cfg, config)
+    report = tmp_path / "report.json"
+    result = CliRunner().invoke(main, ["diagnose", "pipeline", "--config", str(config), "--vocoder", "--steps", "8",
+                                       "--json", str(report)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(report.read_text())  # TF ops only, parallel parse map, prefetch last
+    assert data["py_functions"] == [] and data["generator_sources"] == 0 and data["sequential_maps"] == 0
+    assert data["final_prefetch"] is True and data["producer_batches_per_second"] > 0
+
+
 def test_train_vocoder_refuses_acoustic_only_keys_and_bad_segments(vocoder_cfg, tmp_path):
     from myxtts.cli import main
 

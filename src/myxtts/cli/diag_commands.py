@@ -87,12 +87,16 @@ def diagnose_group() -> None:
 @click.option("--model-flops", type=float, default=None, help="FLOPs of one training step (with --device-peak-tflops).")
 @click.option("--device-peak-tflops", type=float, default=None, help="Device peak, e.g. 989 for an H100 (bf16 dense).")
 @click.option("--split", type=click.Choice(["train", "validation"]), default="train", show_default=True)
+@click.option("--vocoder", "vocoder_input", is_flag=True,
+              help="Diagnose train-vocoder's input (fixed-length audio and mel segments) instead of the acoustic model's.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report as JSON.")
 @clean_errors(ValueError)
 def diagnose_pipeline_command(config_path: str, overrides: tuple[str, ...], steps: int,
                               target_steps_per_second: float | None, model_flops: float | None,
-                              device_peak_tflops: float | None, split: str, json_path: str | None) -> None:
-    """Producer rate of the configured InputPipeline against a consumer target, with ranked fixes.
+                              device_peak_tflops: float | None, split: str, vocoder_input: bool,
+                              json_path: str | None) -> None:
+    """Producer rate of the configured InputPipeline (or, with --vocoder, of the vocoder's segments) against a
+    consumer target, with ranked fixes.
 
     Without a target this reports the producer alone plus the static checks (Python functions,
     generator sources, sequential maps, final prefetch) and per-stage rates.
@@ -105,7 +109,12 @@ def diagnose_pipeline_command(config_path: str, overrides: tuple[str, ...], step
         if model_flops is None or device_peak_tflops is None:
             raise click.UsageError("--model-flops and --device-peak-tflops go together.")
         target_steps_per_second = target_from_flops(model_flops, device_peak_tflops * 1e12)
-    dataset = InputPipeline(cfg, split=split).dataset(repeat=True)  # CacheError (a ValueError) names `prepare`
+    if vocoder_input:
+        from myxtts.data.vocoder_segments import VocoderSegments
+
+        dataset = VocoderSegments(cfg, split).dataset()
+    else:
+        dataset = InputPipeline(cfg, split=split).dataset(repeat=True)  # CacheError (a ValueError) names `prepare`
     report = diagnose_dataset(dataset, steps=steps, target_steps_per_second=target_steps_per_second)
     click.echo(report.format())
     if json_path:

@@ -41,6 +41,7 @@ from myxtts.training.interrupt import StopOnSignals
 from myxtts.training.listening import Listener
 from myxtts.training.monitor import MetricsLog, StepTimer, TraceAccounting, format_summary
 from myxtts.training.schedule import make_optimizer
+from myxtts.training.stages import StagedRun
 from myxtts.training.steps import TrainingSteps, shape_key
 from myxtts.training.warm_start import freeze_modules, warm_start, warm_start_mel_stats
 
@@ -55,7 +56,7 @@ class WorkdirError(ValueError):
     pass
 
 
-class Trainer:
+class Trainer(StagedRun):
     def __init__(self, cfg: Config, workdir: str | Path, resume: bool = False, *, progress: bool = True,
                  echo: Callable[[str], None] = print,
                  batch_filter: Callable[[int, dict], dict] | None = None, feed_device: str | None = "auto",
@@ -70,23 +71,6 @@ class Trainer:
         self.stop_on_signals = stop_on_signals
         self.feed_device = feed_device  # resolved in stage_loop: listing devices here would start TF's context
         # before the strategy exists (MultiWorkerMirroredStrategy must configure collectives first)
-
-    def run(self) -> dict[str, Any]:
-        try:
-            self.stage_config()
-            self.stage_data()
-            self.stage_model()
-            self.stage_checkpoint()
-            self.stage_compile()
-            return self.stage_loop()
-        finally:
-            self.release_locks()
-
-    def release_locks(self) -> None:
-        """The run directory's and the cache's locks (the kernel drops them too if the process dies)."""
-        for lock in self.locks:
-            lock.release()
-        self.locks.clear()
 
     # ---- stages ------------------------------------------------------------------------------------
     def stage_config(self) -> None:

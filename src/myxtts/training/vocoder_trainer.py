@@ -38,6 +38,7 @@ from myxtts.training.checkpoint import Checkpoints
 from myxtts.training.interrupt import StopOnSignals
 from myxtts.training.monitor import MetricsLog, StepTimer, TraceAccounting
 from myxtts.training.schedule import FusedAdamW, WarmupDecay
+from myxtts.training.stages import StagedRun
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ def check_vocoder_keys(cfg: Config) -> None:
                                        "train-vocoder (it configures the acoustic trainer); remove it.")
 
 
-class VocoderTrainer:
+class VocoderTrainer(StagedRun):
     def __init__(self, cfg: Config, workdir: str | Path, resume: bool = False, *, init_from: str | Path | None = None,
                  acoustic_run: str | Path | None = None, progress: bool = True, echo: Callable[[str], None] = print,
                  stop_on_signals: bool = False) -> None:
@@ -73,19 +74,6 @@ class VocoderTrainer:
         self.init_from, self.acoustic_run, self.mel_dir = init_from, acoustic_run, None
         self.progress, self.echo, self.stop_on_signals = progress, echo, stop_on_signals
         self.locks: list[Any] = []
-
-    def run(self) -> dict[str, Any]:
-        try:
-            self.stage_config()
-            self.stage_data()
-            self.stage_model()
-            self.stage_checkpoint()
-            self.stage_compile()
-            return self.stage_loop()
-        finally:
-            for lock in self.locks:
-                lock.release()
-            self.locks.clear()
 
     # ---- stages ------------------------------------------------------------------------------------
     def stage_config(self) -> None:
