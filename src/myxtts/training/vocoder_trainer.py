@@ -1,15 +1,10 @@
 """The vocoder trainer (``myxtts train-vocoder``): a GAN in named stages: config, data, model, checkpoint, compile, loop.
 
 Every batch is one static shape (fixed-length segments, ``myxtts.data.vocoder_segments``), so each of the two steps
-is one compiled graph, traced and run once at warm-up (weights restored after) and never again:
-- ``reconstruction_step``: the generator alone on the reconstruction losses (mel L1, multi-resolution STFT), for the
-  first ``vocoder.adversarial_start_step`` steps (a GAN vocoder learns faster when it starts from a generator that
-  already reconstructs, and this step costs a fraction of an adversarial one);
-- ``adversarial_step``: the discriminators and the generator updated together from one forward pass of each
-  discriminator on the real and the generated audio (hinge losses, feature matching, the reconstruction losses).
-  Both gradients are taken from the same discriminator weights: on a CPU the discriminators are most of the step's
-  cost, and this halves their passes against alternating updates.
-A non-finite loss or gradient skips both updates in the graph and is counted (``training.max_nonfinite_steps``).
+(``training.vocoder_steps``: the generator alone for the first ``vocoder.adversarial_start_step`` steps, then the
+adversarial step) is one compiled graph, traced and run once at warm-up (weights restored after) and never again.
+A GAN vocoder learns faster when it starts from a generator that already reconstructs, and the reconstruction step
+costs a fraction of an adversarial one. ``training.max_nonfinite_steps`` non-finite steps in a row stop the run.
 
 Vocoder run directory::
 
@@ -21,11 +16,14 @@ Vocoder run directory::
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import enum
 import logging
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import keras
 import numpy as np
@@ -37,7 +35,6 @@ from myxtts.locks import lock_cache_for_reading, lock_run_directory
 from myxtts.training.checkpoint import Checkpoints
 from myxtts.training.interrupt import StopOnSignals
 from myxtts.training.monitor import MetricsLog, StepTimer, TraceAccounting
-from myxtts.training.schedule import FusedAdamW, WarmupDecay
 from myxtts.training.stages import StagedRun
 
 logger = logging.getLogger(__name__)
@@ -105,25 +102,16 @@ class VocoderTrainer(StagedRun):
                   f"{self.segments.batch_size}; {len(self.validation)} validation clips")
 
     def stage_model(self) -> None:
-        from myxtts.audio import MelFrontend
+        from myxtts.training.vocoder_steps import GanSteps
         from myxtts.vocoder.discriminators import build_discriminators
         from myxtts.vocoder.generators import build_generator
 
-        t, v = self.cfg.training, self.cfg.vocoder
-        self.frontend = MelFrontend(self.cfg.audio)
         self.generator = build_generator(self.cfg)
         self.discriminators = build_discriminators(self.cfg)
         stats = self.segments.cache.mel_stats
         self.generator.set_mel_statistics(stats.mean, stats.std)  # a warm start keeps its source's (stage_checkpoint)
-        self.generator_optimizer = FusedAdamW(WarmupDecay.from_training_config(t), weight_decay=t.weight_decay,
-                                              beta_1=0.8, beta_2=0.99, epsilon=1e-8, name="generator_adamw")
-        self.discriminator_optimizer = FusedAdamW(v.discriminator_learning_rate, weight_decay=t.weight_decay,
-                                                  beta_1=0.8, beta_2=0.99, epsilon=1e-8, name="discriminator_adamw")
-        self.generator_optimizer.build(self.generator.trainable_variables)
-        self.discriminator_optimizer.build(self.discriminators.trainable_variables)
+        self.steps = GanSteps(self.cfg, self.generator, self.discriminators)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-        self.nonfinite_in_a_row = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_in_a_row")
-        self.nonfinite_total = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_total")
         self.parameters = {"generator": int(self.generator.count_params()),
                            "discriminators": int(self.discriminators.count_params())}
 
@@ -133,11 +121,8 @@ class VocoderTrainer(StagedRun):
         directory = self.workdir / "checkpoints"
         self.trained_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="trained_seconds")
         self.checkpoints = Checkpoints(
-            directory, self.cfg.training.keep_checkpoints, generator=self.generator,
-            discriminators=self.discriminators, generator_optimizer=self.generator_optimizer,
-            discriminator_optimizer=self.discriminator_optimizer, step=self.step, iterator=self.iterator,
-            trained_seconds=self.trained_seconds, nonfinite_in_a_row=self.nonfinite_in_a_row,
-            nonfinite_total=self.nonfinite_total)
+            directory, self.cfg.training.keep_checkpoints, step=self.step, iterator=self.iterator,
+            trained_seconds=self.trained_seconds, **self.steps.checkpoint_objects())
         if self.checkpoints.latest and not self.resume:
             raise VocoderTrainingError(f"{directory} already holds checkpoints ({self.checkpoints.latest}); pass "
                                        "--resume to continue that run or choose another --workdir.")
@@ -153,7 +138,7 @@ class VocoderTrainer(StagedRun):
         t = self.cfg.training
         self.traces = TraceAccounting(t.strict_retracing, self.workdir / "retraces.jsonl")
         signature = [self.signature]
-        compiled = {name: tf.function(getattr(self, name), input_signature=signature, autograph=False,
+        compiled = {name: tf.function(getattr(self.steps, name), input_signature=signature, autograph=False,
                                       reduce_retracing=False) for name in ("reconstruction_step", "adversarial_step")}
         self.functions = {name: self.traces.watch(function, name) if t.enable_graph_mode else function.python_function
                           for name, function in compiled.items()}
@@ -171,155 +156,93 @@ class VocoderTrainer(StagedRun):
                   f"{self.parameters['discriminators']:,}; state restored)")
 
     def stage_loop(self) -> dict[str, Any]:
-        t, v = self.cfg.training, self.cfg.vocoder
-        metrics = MetricsLog(self.workdir)
-        timer = StepTimer()
-        start_step = step = int(self.step.numpy())
-        budget = t.max_minutes * 60.0 if t.max_minutes > 0 else math.inf
-        trained_before = float(self.trained_seconds.numpy())
-        stopped, first, last, validation = "max_steps", None, None, None
-        from tqdm import tqdm
-        bar = tqdm(total=t.max_steps, initial=step, disable=not self.progress, unit="step", dynamic_ncols=True)
+        t = self.cfg.training
+        loop = _Loop(start_step=int(self.step.numpy()), trained_before=float(self.trained_seconds.numpy()),
+                     budget=t.max_minutes * 60.0 if t.max_minutes > 0 else math.inf, metrics=MetricsLog(self.workdir))
+        step = loop.start_step
+        bar = _progress_bar(t.max_steps, step, self.progress)
         interrupt = StopOnSignals(enabled=self.stop_on_signals)
         interrupt.install()
-        loop_started = time.perf_counter()
-        if trained_before >= budget:
-            stopped = "max_minutes"
+        stopped = StopReason.MAX_MINUTES if loop.trained_before >= loop.budget else None
         try:
-            while step < t.max_steps and stopped == "max_steps":
-                batch = timer.next_batch(self.iterator)
-                name = "adversarial_step" if step >= v.adversarial_start_step else "reconstruction_step"
-                out = self.functions[name](batch)
+            while step < t.max_steps and stopped is None:
+                phase = "adversarial" if step >= self.cfg.vocoder.adversarial_start_step else "reconstruction"
+                out = self.functions[f"{phase}_step"](loop.timer.next_batch(self.iterator))
                 step += 1
-                if step == start_step + 1 or step % t.log_every == 0 or step == t.max_steps:
-                    record = {key: float(value) for key, value in out.items()}
-                    elapsed = time.perf_counter() - loop_started
-                    record.update(step=step, phase=name.split("_")[0], input_wait_share=timer.input_wait_share(elapsed),
-                                  steps_per_second=(step - start_step) / max(elapsed, 1e-9),
-                                  traces_after_warmup=self.traces.retraces_after_warmup())
-                    metrics.write(record)
-                    first = record["total"] if first is None else first
-                    last = record["total"]
-                    bar.set_postfix(mel=f"{record['mel_l1']:.3f}", phase=record["phase"])
-                    if int(out["nonfinite_in_a_row"]) >= t.max_nonfinite_steps:
-                        raise VocoderTrainingError(
-                            f"Stopped at step {step}: {int(out['nonfinite_in_a_row'])} steps in a row had a "
-                            f"non-finite loss or gradient (skipped; training.max_nonfinite_steps = "
-                            f"{t.max_nonfinite_steps}). Last checkpoint: {self.checkpoints.latest or 'none'}. Lower "
-                            "training.learning_rate or vocoder.discriminator_learning_rate.")
+                if step == loop.start_step + 1 or step % t.log_every == 0 or step == t.max_steps:
+                    self._log(step, phase, out, loop, bar)
                 bar.update(1)
-                if trained_before + time.perf_counter() - loop_started >= budget and step < t.max_steps:
-                    stopped = "max_minutes"
-                if interrupt.requested and step < t.max_steps:
-                    stopped = "interrupted"
-                final = step == t.max_steps or stopped != "max_steps"
-                if (step % t.validate_every == 0 or final) and stopped != "interrupted":
-                    begin = time.perf_counter()
-                    validation = self._validate(step, metrics, audio=bool(t.summary_every) and (
-                        step % t.summary_every == 0 or final))
-                    loop_started += time.perf_counter() - begin  # not training time
+                stopped = self._stop_reason(step, loop, interrupt)
+                final = step == t.max_steps or stopped is not None
+                if (step % t.validate_every == 0 or final) and stopped is not StopReason.INTERRUPTED:
+                    with loop.paused():  # validation is not training time
+                        loop.validation = self._validate(step, loop.metrics, audio=bool(t.summary_every) and (
+                            step % t.summary_every == 0 or final))
                 if step % t.checkpoint_every == 0 or final:
-                    self.trained_seconds.assign(trained_before + time.perf_counter() - loop_started)
-                    self.step.assign(step)
-                    self.checkpoints.save(step)
+                    self._checkpoint(step, loop)
         finally:
             interrupt.restore()
             bar.close()
-            metrics.close()
+            loop.metrics.close()
             self.traces.close()
-        elapsed = time.perf_counter() - loop_started
-        if stopped == "max_minutes":
+        if stopped is StopReason.MAX_MINUTES:
             self.echo(f"training.max_minutes ({t.max_minutes:g}) reached at step {step}: checkpoint saved; --resume "
                       "continues with the budget's remainder")
-        self.summary = {
-            "steps": step, "steps_this_run": step - start_step, "stopped": stopped,
-            "interrupted_by": interrupt.requested, "parameters": self.parameters,
-            "nonfinite_total": int(self.nonfinite_total.numpy()), "warmup_seconds": self.warmup_total,
-            "traces": self.traces.counts(), "retraces_after_warmup": self.traces.retraces_after_warmup(),
-            "retrace_explanations": self.traces.explanations(), "loss_first": first, "loss_last": last,
-            "validation_mel_l1": validation, "steps_per_second": (step - start_step) / max(elapsed, 1e-9),
-            "input_wait_share": timer.input_wait_share(elapsed), "seconds": elapsed,
-            "trained_minutes": float(self.trained_seconds.numpy()) / 60.0, "skipped_short_clips": len(self.segments.skipped),
-            "resumed_from": self.restored_from, "run_dir": str(self.workdir), "checkpoint": self.checkpoints.latest,
-        }
+        self.summary = self._summary(step, stopped or StopReason.MAX_STEPS, interrupt, loop)
         self.echo(format_vocoder_summary(self.summary))
         return self.summary
 
-    # ---- the compiled steps ---------------------------------------------------------------------------
-    def _reconstruction(self, generated: tf.Tensor, audio: tf.Tensor) -> dict[str, tf.Tensor]:
-        from myxtts.vocoder import losses
+    # ---- the loop's periodic actions --------------------------------------------------------------------
+    def _log(self, step: int, phase: str, out: dict[str, tf.Tensor], loop: "_Loop", bar: Any) -> None:
+        """metrics.jsonl + TensorBoard + the progress bar; the NaN guard's counter is read here (a host read)."""
+        t = self.cfg.training
+        record = {key: float(value) for key, value in out.items()}
+        elapsed = loop.elapsed()
+        record.update(step=step, phase=phase, input_wait_share=loop.timer.input_wait_share(elapsed),
+                      steps_per_second=(step - loop.start_step) / max(elapsed, 1e-9),
+                      traces_after_warmup=self.traces.retraces_after_warmup())
+        loop.metrics.write(record)
+        loop.first_loss = record["total"] if loop.first_loss is None else loop.first_loss
+        loop.last_loss = record["total"]
+        bar.set_postfix(mel=f"{record['mel_l1']:.3f}", phase=phase)
+        if record["nonfinite_in_a_row"] >= t.max_nonfinite_steps:
+            raise VocoderTrainingError(
+                f"Stopped at step {step}: {int(record['nonfinite_in_a_row'])} steps in a row had a non-finite loss or "
+                f"gradient (skipped; training.max_nonfinite_steps = {t.max_nonfinite_steps}). Last checkpoint: "
+                f"{self.checkpoints.latest or 'none'}. Lower training.learning_rate or "
+                "vocoder.discriminator_learning_rate.")
 
-        v = self.cfg.vocoder
-        mel = losses.mel_l1(self.frontend, generated, audio)
-        stft = losses.multi_resolution_stft(generated, audio)
-        return {"mel_l1": mel, "stft": stft, "reconstruction": v.mel_loss_weight * mel + v.stft_loss_weight * stft}
+    def _stop_reason(self, step: int, loop: "_Loop", interrupt: StopOnSignals) -> "StopReason | None":
+        if step >= self.cfg.training.max_steps:
+            return None  # the loop ends by itself: max_steps
+        if interrupt.requested:
+            return StopReason.INTERRUPTED
+        return StopReason.MAX_MINUTES if loop.trained_before + loop.elapsed() >= loop.budget else None
 
-    def _apply(self, optimizer: Any, grads: list, variables: list, finite: tf.Tensor) -> None:
-        clip = self.cfg.training.gradient_clip_norm
-        if clip > 0:
-            grads, _ = tf.clip_by_global_norm(grads, clip)
+    def _checkpoint(self, step: int, loop: "_Loop") -> None:
+        self.trained_seconds.assign(loop.trained_before + loop.elapsed())
+        self.step.assign(step)
+        self.checkpoints.save(step)  # the batch of this step is consumed: the iterator position is exact
 
-        def apply() -> tf.Tensor:
-            optimizer.apply_gradients(zip(grads, variables))
-            return tf.constant(True)
-
-        tf.cond(finite, apply, lambda: tf.constant(False))
-
-    def _count(self, finite: tf.Tensor) -> dict[str, tf.Tensor]:
-        self.nonfinite_in_a_row.assign(tf.where(finite, tf.zeros_like(self.nonfinite_in_a_row),
-                                                self.nonfinite_in_a_row + 1))
-        self.nonfinite_total.assign_add(tf.cast(tf.logical_not(finite), tf.int64))
-        return {"nonfinite_in_a_row": self.nonfinite_in_a_row.read_value()}
-
-    def reconstruction_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        variables = self.generator.trainable_variables
-        with tf.GradientTape() as tape:
-            generated = self.generator(batch["mel"], training=True)  # [batch, segment_samples]
-            losses = self._reconstruction(generated, batch["audio"])
-        grads = tape.gradient(losses["reconstruction"], variables)
-        finite = tf.logical_and(tf.math.is_finite(losses["reconstruction"]),
-                                tf.math.is_finite(tf.linalg.global_norm(grads)))
-        self._apply(self.generator_optimizer, grads, variables, finite)
-        zero = tf.constant(0.0)
-        return {**losses, "total": losses["reconstruction"], "discriminator": zero, "adversarial": zero,
-                "feature_matching": zero, **self._count(finite)}
-
-    def adversarial_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        from myxtts.vocoder import losses as gan
-
-        v = self.cfg.vocoder
-        generator_variables = self.generator.trainable_variables
-        discriminator_variables = self.discriminators.trainable_variables
-        with tf.GradientTape(persistent=True) as tape:
-            generated = self.generator(batch["mel"], training=True)  # [batch, segment_samples]
-            real_outputs = self.discriminators(batch["audio"], training=True)
-            fake_outputs = self.discriminators(generated, training=True)
-            discriminator_loss = gan.discriminator_hinge(real_outputs, fake_outputs)
-            losses = self._reconstruction(generated, batch["audio"])
-            adversarial = gan.generator_hinge(fake_outputs)
-            feature_matching = gan.feature_matching(real_outputs, fake_outputs)
-            total = (losses["reconstruction"] + v.adversarial_loss_weight * adversarial
-                     + v.feature_loss_weight * feature_matching)
-        generator_grads = tape.gradient(total, generator_variables)
-        discriminator_grads = tape.gradient(discriminator_loss, discriminator_variables)
-        del tape
-        finite = tf.reduce_all(tf.stack([
-            tf.math.is_finite(total), tf.math.is_finite(discriminator_loss),
-            tf.math.is_finite(tf.linalg.global_norm(generator_grads)),
-            tf.math.is_finite(tf.linalg.global_norm(discriminator_grads))]))
-        self._apply(self.discriminator_optimizer, discriminator_grads, discriminator_variables, finite)
-        self._apply(self.generator_optimizer, generator_grads, generator_variables, finite)
-        return {**losses, "total": total, "discriminator": discriminator_loss, "adversarial": adversarial,
-                "feature_matching": feature_matching, **self._count(finite)}
+    def _summary(self, step: int, stopped: "StopReason", interrupt: StopOnSignals, loop: "_Loop") -> dict[str, Any]:
+        elapsed = loop.elapsed()
+        return {
+            "steps": step, "steps_this_run": step - loop.start_step, "stopped": stopped.value,
+            "interrupted_by": interrupt.requested, "parameters": self.parameters,
+            "nonfinite_total": int(self.steps.nonfinite_total.numpy()), "warmup_seconds": self.warmup_total,
+            "traces": self.traces.counts(), "retraces_after_warmup": self.traces.retraces_after_warmup(),
+            "retrace_explanations": self.traces.explanations(), "loss_first": loop.first_loss,
+            "loss_last": loop.last_loss, "validation_mel_l1": loop.validation,
+            "steps_per_second": (step - loop.start_step) / max(elapsed, 1e-9),
+            "input_wait_share": loop.timer.input_wait_share(elapsed), "seconds": elapsed,
+            "trained_minutes": float(self.trained_seconds.numpy()) / 60.0,
+            "skipped_short_clips": len(self.segments.skipped), "resumed_from": self.restored_from,
+            "run_dir": str(self.workdir), "checkpoint": self.checkpoints.latest}
 
     # ---- helpers -------------------------------------------------------------------------------------
-    def _state(self) -> list[tf.Variable]:
-        return [*self.generator.variables, *self.discriminators.variables, *self.generator_optimizer.variables,
-                *self.discriminator_optimizer.variables, self.nonfinite_in_a_row, self.nonfinite_total]
-
     def _warm_up(self) -> dict[str, float]:
         """Trace and run every step once on a batch of zeros, then put every variable back as it was."""
-        saved = [variable.numpy() for variable in self._state()]
+        saved = [variable.numpy() for variable in self.steps.state()]
         zeros = {key: tf.zeros(spec.shape, spec.dtype) for key, spec in self.signature.items()}
         zeros["mel"] = zeros["mel"] + tf.constant(np.log(self.cfg.audio.log_floor), tf.float32)  # silence
         timings = {}
@@ -331,7 +254,7 @@ class VocoderTrainer(StagedRun):
             begin = time.perf_counter()
             self.generate(tf.constant(self.validation[0]["mel"][None])).numpy()
             timings["generate"] = time.perf_counter() - begin
-        for variable, value in zip(self._state(), saved):
+        for variable, value in zip(self.steps.state(), saved):
             variable.assign(value)
         return timings
 
@@ -344,7 +267,7 @@ class VocoderTrainer(StagedRun):
         for index, clip in enumerate(self.validation):
             generated = self.generate(tf.constant(clip["mel"][None]))[0]  # [(frames - 1) * hop]
             real = tf.constant(clip["audio"])
-            errors.append(float(tf.reduce_mean(tf.abs(self.frontend(generated) - self.frontend(real)))))
+            errors.append(float(tf.reduce_mean(tf.abs(self.steps.frontend(generated) - self.steps.frontend(real)))))
             if writer is not None:
                 with writer.as_default(step=step):
                     tf.summary.audio(f"resynthesis/{index}_{clip['id']}", tf.reshape(generated, [1, -1, 1]),
@@ -352,6 +275,45 @@ class VocoderTrainer(StagedRun):
         value = float(np.mean(errors))
         metrics.write({"step": step, "mel_l1": value}, split="validation")
         return value
+
+
+class StopReason(enum.Enum):
+    MAX_STEPS = "max_steps"
+    MAX_MINUTES = "max_minutes"
+    INTERRUPTED = "interrupted"
+
+
+@dataclasses.dataclass
+class _Loop:
+    """The training loop's running state: where it started, the time budget, the figures it reports."""
+
+    start_step: int
+    trained_before: float  # seconds trained by the runs this one resumes
+    budget: float  # seconds of training allowed in all (training.max_minutes; inf: no limit)
+    metrics: MetricsLog
+    timer: StepTimer = dataclasses.field(default_factory=StepTimer)
+    started: float = dataclasses.field(default_factory=time.perf_counter)
+    first_loss: float | None = None
+    last_loss: float | None = None
+    validation: float | None = None
+
+    def elapsed(self) -> float:
+        """Training seconds of this run (pauses excluded)."""
+        return time.perf_counter() - self.started
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        begin = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.started += time.perf_counter() - begin
+
+
+def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, disable=not enabled, unit="step", dynamic_ncols=True)
 
 
 def format_vocoder_summary(summary: dict[str, Any]) -> str:

@@ -1,0 +1,114 @@
+"""The vocoder's two compiled steps (``training.vocoder_trainer`` traces each once, with the segments' signature).
+
+- ``reconstruction_step``: the generator alone on the reconstruction losses (mel L1, multi-resolution STFT);
+- ``adversarial_step``: the discriminators and the generator updated together from one forward pass of each
+  discriminator on the real and the generated audio (hinge losses, feature matching, the reconstruction losses).
+  Both gradients are taken from the same discriminator weights: on a CPU the discriminators are most of the step's
+  cost, and this halves their passes against alternating updates.
+A non-finite loss or gradient skips the step's updates in the graph and is counted (``nonfinite_in_a_row``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from myxtts.training.schedule import FusedAdamW, WarmupDecay
+
+
+class GanSteps:
+    """The optimizers, the NaN-guard counters and the two step functions of one vocoder GAN."""
+
+    def __init__(self, cfg: Any, generator: Any, discriminators: Any) -> None:
+        from myxtts.audio import MelFrontend
+
+        t, v = cfg.training, cfg.vocoder
+        self.cfg, self.generator, self.discriminators = cfg, generator, discriminators
+        self.frontend = MelFrontend(cfg.audio)
+        self.generator_optimizer = FusedAdamW(WarmupDecay.from_training_config(t), weight_decay=t.weight_decay,
+                                              beta_1=0.8, beta_2=0.99, epsilon=1e-8, name="generator_adamw")
+        self.discriminator_optimizer = FusedAdamW(v.discriminator_learning_rate, weight_decay=t.weight_decay,
+                                                  beta_1=0.8, beta_2=0.99, epsilon=1e-8, name="discriminator_adamw")
+        self.generator_optimizer.build(generator.trainable_variables)
+        self.discriminator_optimizer.build(discriminators.trainable_variables)
+        self.nonfinite_in_a_row = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_in_a_row")
+        self.nonfinite_total = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_total")
+
+    def checkpoint_objects(self) -> dict[str, Any]:
+        return {"generator": self.generator, "discriminators": self.discriminators,
+                "generator_optimizer": self.generator_optimizer,
+                "discriminator_optimizer": self.discriminator_optimizer,
+                "nonfinite_in_a_row": self.nonfinite_in_a_row, "nonfinite_total": self.nonfinite_total}
+
+    def state(self) -> list[tf.Variable]:
+        """Every variable a step changes (the warm-up puts them back after running each step once)."""
+        return [*self.generator.variables, *self.discriminators.variables, *self.generator_optimizer.variables,
+                *self.discriminator_optimizer.variables, self.nonfinite_in_a_row, self.nonfinite_total]
+
+    def _reconstruction(self, generated: tf.Tensor, audio: tf.Tensor) -> dict[str, tf.Tensor]:
+        from myxtts.vocoder import losses
+
+        v = self.cfg.vocoder
+        mel = losses.mel_l1(self.frontend, generated, audio)
+        stft = losses.multi_resolution_stft(generated, audio)
+        return {"mel_l1": mel, "stft": stft, "reconstruction": v.mel_loss_weight * mel + v.stft_loss_weight * stft}
+
+    def _apply(self, optimizer: Any, grads: list, variables: list, finite: tf.Tensor) -> None:
+        clip = self.cfg.training.gradient_clip_norm
+        if clip > 0:
+            grads, _ = tf.clip_by_global_norm(grads, clip)
+
+        def apply() -> tf.Tensor:
+            optimizer.apply_gradients(zip(grads, variables))
+            return tf.constant(True)
+
+        tf.cond(finite, apply, lambda: tf.constant(False))
+
+    def _count(self, finite: tf.Tensor) -> dict[str, tf.Tensor]:
+        self.nonfinite_in_a_row.assign(tf.where(finite, tf.zeros_like(self.nonfinite_in_a_row),
+                                                self.nonfinite_in_a_row + 1))
+        self.nonfinite_total.assign_add(tf.cast(tf.logical_not(finite), tf.int64))
+        return {"nonfinite_in_a_row": self.nonfinite_in_a_row.read_value()}
+
+    def reconstruction_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        variables = self.generator.trainable_variables
+        with tf.GradientTape() as tape:
+            generated = self.generator(batch["mel"], training=True)  # [batch, segment_samples]
+            losses = self._reconstruction(generated, batch["audio"])
+        grads = tape.gradient(losses["reconstruction"], variables)
+        finite = tf.logical_and(tf.math.is_finite(losses["reconstruction"]),
+                                tf.math.is_finite(tf.linalg.global_norm(grads)))
+        self._apply(self.generator_optimizer, grads, variables, finite)
+        zero = tf.constant(0.0)
+        return {**losses, "total": losses["reconstruction"], "discriminator": zero, "adversarial": zero,
+                "feature_matching": zero, **self._count(finite)}
+
+    def adversarial_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        from myxtts.vocoder import losses as gan
+
+        v = self.cfg.vocoder
+        generator_variables = self.generator.trainable_variables
+        discriminator_variables = self.discriminators.trainable_variables
+        with tf.GradientTape(persistent=True) as tape:
+            generated = self.generator(batch["mel"], training=True)  # [batch, segment_samples]
+            real_outputs = self.discriminators(batch["audio"], training=True)
+            fake_outputs = self.discriminators(generated, training=True)
+            discriminator_loss = gan.discriminator_hinge(real_outputs, fake_outputs)
+            losses = self._reconstruction(generated, batch["audio"])
+            adversarial = gan.generator_hinge(fake_outputs)
+            feature_matching = gan.feature_matching(real_outputs, fake_outputs)
+            total = (losses["reconstruction"] + v.adversarial_loss_weight * adversarial
+                     + v.feature_loss_weight * feature_matching)
+        generator_grads = tape.gradient(total, generator_variables)
+        discriminator_grads = tape.gradient(discriminator_loss, discriminator_variables)
+        del tape
+        finite = tf.reduce_all(tf.stack([
+            tf.math.is_finite(total), tf.math.is_finite(discriminator_loss),
+            tf.math.is_finite(tf.linalg.global_norm(generator_grads)),
+            tf.math.is_finite(tf.linalg.global_norm(discriminator_grads))]))
+        self._apply(self.discriminator_optimizer, discriminator_grads, discriminator_variables, finite)
+        self._apply(self.generator_optimizer, generator_grads, generator_variables, finite)
+        return {**losses, "total": total, "discriminator": discriminator_loss, "adversarial": adversarial,
+                "feature_matching": feature_matching, **self._count(finite)}
+
