@@ -10,7 +10,9 @@ factor (vocoding seconds / audio seconds, 2 cores) is measured in ``--rounds`` a
 with Griffin-Lim's (32 iterations).
 
 Run: ``.venv/bin/python benchmarks/vocoder.py --corpus ../shared/data/ljspeech-mini --nisqa ../shared/judges/nisqa
---vocoder vocos=pretrained/vocoder-vocos-ljspeech --json docs/benchmarks/vocoder.json``
+--vocoder vocos=pretrained/vocoder-vocos-ljspeech --json docs/benchmarks/vocoder.json``. The recipe's training data
+(every clip but the held-out ones): ``--make-train-corpus cache/vocoder-ljspeech-mini/corpus``
+(``configs/vocoder-ljspeech-mini.yaml`` reads it).
 (needs the ``bench`` and ``judge`` extras; NISQA needs torch, librosa and pandas in this Python).
 """
 
@@ -41,6 +43,20 @@ def held_out_clips(corpus: Path, count: int) -> list[tuple[str, str]]:
     if len(lines) <= count:
         sys.exit(f"Error: {corpus / 'metadata.csv'} has {len(lines)} clips; --held-out {count} leaves none trained on.")
     return [(fields[0], fields[-1]) for fields in lines[-count:]]
+
+
+def make_train_corpus(corpus: Path, held_out: int, out: Path) -> None:
+    """``out``: an LJSpeech-layout corpus of every clip of ``corpus`` but the last ``held_out`` (wavs linked, not
+    copied): what the shipped vocoder trains on, so the benchmark's clips stay unheard."""
+    lines = [line for line in (corpus / "metadata.csv").read_text(encoding="utf-8").splitlines() if line]
+    kept = lines[:-held_out]
+    (out / "wavs").mkdir(parents=True, exist_ok=True)
+    (out / "metadata.csv").write_text("\n".join(kept) + "\n", encoding="utf-8")
+    for line in kept:
+        link = out / "wavs" / f"{line.split('|')[0]}.wav"
+        if not link.exists():
+            link.symlink_to((corpus / "wavs" / link.name).resolve())
+    print(f"wrote {out}: {len(kept)} clips of {corpus} (the last {held_out} held out)")
 
 
 def curve_systems(run: Path, snapshots: Path | None) -> list[tuple[str, str, float]]:
@@ -139,8 +155,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="Alternated rounds of the real-time factor.")
     parser.add_argument("--no-pitch", action="store_true", help="Skip pYIN (F0, V/UV, periodicity): faster.")
     parser.add_argument("--no-similarity", action="store_true", help="Skip Resemblyzer.")
-    parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument("--json", type=Path, help="Write the report here (and the plot beside it).")
+    parser.add_argument("--make-train-corpus", type=Path, metavar="DIR",
+                        help="Only write DIR: the corpus without its held-out clips (the vocoder recipe's data).")
     args = parser.parse_args()
+    if args.make_train_corpus:
+        make_train_corpus(args.corpus, args.held_out, args.make_train_corpus)
+        return
+    if args.json is None:
+        parser.error("--json is required (or --make-train-corpus)")
 
     from myxtts.audio import MelFrontend, load_audio
     from myxtts.config import AudioConfig

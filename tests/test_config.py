@@ -18,7 +18,7 @@ def write(tmp_path: Path, data: dict | str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name", ["mini", "ljspeech", "fixed_padding"])
+@pytest.mark.parametrize("name", ["mini", "ljspeech", "fixed_padding", "vocoder", "vocoder-ljspeech-mini"])
 def test_shipped_configs_load(name: str) -> None:
     cfg = load_config(REPO / "configs" / f"{name}.yaml")
     assert isinstance(cfg, Config)
@@ -68,6 +68,10 @@ def test_wrong_type_names_key(tmp_path: Path, section: str, key: str, value, mes
     ("training", "gradient_accumulation_steps", 0),
     ("model", "dropout", 1.5),
     ("data", "num_workers", 0),
+    ("vocoder", "segment_samples", 1000),  # not whole hops
+    ("vocoder", "discriminator_periods", [1, 2]),
+    ("vocoder", "resolution_ffts", [300]),
+    ("vocoder", "kernel_size", 4),
 ])
 def test_out_of_range_names_key(tmp_path: Path, section: str, key: str, value) -> None:
     with pytest.raises(ValueError, match=rf"{section}\.{key}"):

@@ -18,7 +18,7 @@ from myxtts.config import AudioConfig, config_from_dict, save_config
 
 # a vocoder small enough to train a few hundred steps in a test (the recipe's sizes are in configs/vocoder.yaml)
 SMALL_VOCODER = {"dim": 48, "intermediate_dim": 144, "layers": 2, "segment_samples": 4096, "batch_size": 4,
-                 "discriminator_periods": [2, 3], "discriminator_channels": 4, "resolution_ffts": [512, 1024],
+                 "discriminator_periods": [3], "discriminator_channels": 4, "resolution_ffts": [512],
                  "resolution_channels": 4, "adversarial_start_step": 150}
 
 

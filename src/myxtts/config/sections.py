@@ -161,7 +161,8 @@ class VocoderConfig:
     intermediate_dim: int | None = None  # ConvNeXt block's inner width
     layers: int | None = None  # ConvNeXt blocks
     kernel_size: int = 7  # depthwise convolution over frames
-    segment_samples: int = 8192  # audio per training example (a multiple of audio.hop_length): one static shape
+    # audio per training example, a multiple of audio.hop_length: one static shape. None: 32 hops (8192 at hop 256)
+    segment_samples: int | None = None
     batch_size: int = 16  # segments per step
     # generator alone on the reconstruction losses for this many steps, then the discriminators join
     adversarial_start_step: int = 1000

@@ -111,12 +111,17 @@ def validate(cfg: Config) -> Config:
                          "cannot both be true: eager functions are not compiled.")
     if not t.enable_graph_mode and t.enable_xla_compilation:
         raise ValueError("Config key 'training.enable_xla_compilation' needs 'training.enable_graph_mode: true'.")
-    _check_vocoder_keys(cfg)
-    return cfg
+    return _check_vocoder_keys(cfg)
 
 
-def _check_vocoder_keys(cfg: Config) -> None:
-    v, hop = cfg.vocoder, cfg.audio.hop_length
+DEFAULT_SEGMENT_HOPS = 32  # vocoder.segment_samples when unset: 32 hops (8192 samples at hop 256)
+
+
+def _check_vocoder_keys(cfg: Config) -> Config:
+    hop = cfg.audio.hop_length
+    if cfg.vocoder.segment_samples is None:
+        cfg = cfg.replace(vocoder=dataclasses.replace(cfg.vocoder, segment_samples=DEFAULT_SEGMENT_HOPS * hop))
+    v = cfg.vocoder
     _positive(cfg, "vocoder.dim", "vocoder.intermediate_dim", "vocoder.layers", "vocoder.kernel_size",
               "vocoder.segment_samples", "vocoder.batch_size", "vocoder.discriminator_channels",
               "vocoder.resolution_channels", "vocoder.discriminator_learning_rate")
@@ -141,6 +146,7 @@ def _check_vocoder_keys(cfg: Config) -> None:
     if v.mel_loss_weight == 0 and v.stft_loss_weight == 0:
         raise ValueError("Config keys 'vocoder.mel_loss_weight' and 'vocoder.stft_loss_weight' are both 0: the "
                          "generator would have no reconstruction loss.")
+    return cfg
 
 
 # keys that only one decoder reads: set to anything but the default for the other decoder, they are rejected
