@@ -137,9 +137,11 @@ def test_cache_layout_manifest_and_utterance_files(bad_result) -> None:
     manifest = json.loads((cfg.cache_dir / "manifest.json").read_text())
     assert manifest["feature_hash"] == cfg.feature_hash() and manifest["mel_dtype"] == "float16"
     assert manifest["format_version"] == 4 and manifest["languages"] == ["en"]
-    files = sorted(p.relative_to(cfg.cache_dir).as_posix() for p in (cfg.cache_dir / "utterances").glob("*/*"))
+    files = sorted(p.relative_to(cfg.cache_dir).as_posix() for p in (cfg.cache_dir / "utterances").glob("*/*.utt"))
     accepted = [c["file"] for c in manifest["clips"].values() if "file" in c]
     assert len(files) == 6 and sorted(accepted) == files  # one file per accepted utterance, nothing else
+    audio = sorted(p.relative_to(cfg.cache_dir).as_posix() for p in (cfg.cache_dir / "utterances").glob("*/*.wav"))
+    assert audio == sorted(file[:-len(".utt")] + ".wav" for file in files)  # each with its audio beside it
     # the 8 audio / text verdicts are remembered per clip (line-level ones are re-read from the metadata)
     assert sum("rejected" in c for c in manifest["clips"].values()) == 8
     assert len(manifest["splits"]["validation"]) == 1 and len(manifest["splits"]["train"]) == 5
@@ -218,7 +220,8 @@ def test_a_changed_corpus_is_detected_and_only_new_or_changed_clips_processed(tm
     edited_tokens = TextProcessor(cfg.text).encode("an entirely different transcript")  # the new transcript's
     assert after.utterance_tokens(after.ids.index(ids[2])).tolist() == edited_tokens
     on_disk = {p.relative_to(cfg.cache_dir).as_posix() for p in (cfg.cache_dir / "utterances").glob("*/*")}
-    assert on_disk == set(after.files)  # files of removed / replaced clips deleted
+    # the files (and audio) of removed / replaced clips deleted
+    assert on_disk == set(after.files) | {file[:-len(".utt")] + ".wav" for file in after.files}
     third = prepare(cfg, progress=False)
     assert third.reused and "up to date" in third.summary()
     fresh = tmp_path / "fresh"  # the updated cache equals a cache built from scratch
