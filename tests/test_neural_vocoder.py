@@ -93,6 +93,20 @@ def test_segments_align_audio_with_the_cached_mel(vocoder_cfg):
         assert float(np.median(error)) < 0.01 and float(error.max()) < 0.1
 
 
+def test_clips_shorter_than_a_segment_are_skipped_and_counted(vocoder_cfg):
+    from myxtts.data.vocoder_segments import VocoderDataError, VocoderSegments
+
+    def segments(samples: int) -> VocoderSegments:
+        return VocoderSegments(vocoder_cfg.replace(vocoder=dataclasses.replace(vocoder_cfg.vocoder,
+                                                                               segment_samples=samples)))
+
+    train = len(segments(4096))
+    six_seconds = segments(256 * 517)  # ~6 s: some bundled clips are shorter
+    assert 0 < len(six_seconds.skipped) < train and len(six_seconds) + len(six_seconds.skipped) == train
+    with pytest.raises(VocoderDataError, match="lower vocoder.segment_samples"):
+        segments(256 * 2000)  # ~23 s: longer than every clip
+
+
 def test_gan_training_learns_on_the_bundled_clips_and_never_retraces(vocoder_cfg, trained_vocoder):
     from myxtts.vocoder.generators import build_generator
     from myxtts.vocoder.neural import NeuralVocoder, load_vocoder
