@@ -242,6 +242,8 @@ def test_fine_tuning_on_an_acoustic_models_teacher_forced_mels(vocoder_cfg, trai
                             echo=lines_out.append)
     assert summary["steps"] == 6 and summary["retraces_after_warmup"] == 0
     assert any("generator and discriminators" in line for line in lines_out), lines_out
+    record = json.loads((tmp_path / "finetuned" / "vocoder.json").read_text())
+    assert record["init_from"].startswith(str(workdir)) and record["acoustic_run"].endswith("base-espeak-tiny")
     cache = FeatureCache.load(cfg)
     mels = tmp_path / "finetuned" / "acoustic-mels"
     assert json.loads((mels / "source.json").read_text())["clips"] == len(cache) == 5

@@ -132,7 +132,9 @@ class VocoderTrainer(StagedRun):
             self.init_source = restore_generator(self.init_from, self.cfg, self.generator, self.discriminators)
             self.echo(f"vocoder warm start: generator{' and discriminators' if self.init_source['discriminators'] else ''}"
                       f" from {self.init_source['checkpoint']}")
-        write_vocoder_json(self.workdir, self.cfg, self.generator, trained_on=str(self.cfg.cache_dir))
+        write_vocoder_json(self.workdir, self.cfg, self.generator, trained_on=str(self.cfg.cache_dir),
+                           init_from=self.init_source["checkpoint"] if self.init_source else None,
+                           acoustic_run=str(Path(self.acoustic_run).resolve()) if self.acoustic_run else None)
 
     def stage_compile(self) -> None:
         t = self.cfg.training

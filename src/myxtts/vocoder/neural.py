@@ -39,13 +39,16 @@ def audio_settings(audio_cfg: Any) -> dict[str, Any]:
     return {key: getattr(audio_cfg, key) for key in AUDIO_KEYS}
 
 
-def write_vocoder_json(directory: Path, cfg: Any, generator: Any, trained_on: str = "") -> Path:
+def write_vocoder_json(directory: Path, cfg: Any, generator: Any, trained_on: str = "", **origin: Any) -> Path:
+    """``vocoder.json``: family, sizes, the audio settings it reads, parameters, and where it came from (``origin``:
+    e.g. the warm start's checkpoint, the acoustic run whose mels it trained on)."""
     from myxtts.vocoder.generators import vocos_size
 
     size = vocos_size(cfg.vocoder)
     record = {"family": generator.family, "dim": size.dim, "intermediate_dim": size.intermediate_dim,
               "layers": size.layers, "kernel_size": cfg.vocoder.kernel_size, "audio": audio_settings(cfg.audio),
-              "parameters": int(generator.count_params()), "trained_on": trained_on}
+              "parameters": int(generator.count_params()), "trained_on": trained_on,
+              **{key: value for key, value in origin.items() if value is not None}}
     path = Path(directory) / VOCODER_FILE
     path.write_text(json.dumps(record, indent=1), encoding="utf-8")
     return path
