@@ -74,16 +74,18 @@ def curve_systems(run: Path, snapshots: Path | None) -> list[tuple[str, str, flo
     return systems
 
 
-def judge(waves: list[np.ndarray], recordings: list[np.ndarray], texts: list[str], rate: int, args) -> dict:
-    """Every metric of ``vocoder_metrics`` per clip (waves and recordings sample-aligned), and their means."""
+def judge(waves: list[np.ndarray], recordings: list[np.ndarray], texts: list[str], rate: int, args,
+          reference_free: bool = False) -> dict:
+    """Every metric of ``vocoder_metrics`` per clip (waves and recordings sample-aligned), and their means;
+    ``reference_free``: waves that are not resyntheses of the recordings (only CER, similarity, naturalness)."""
     import vocoder_metrics as metrics
     from myxtts.evaluation.listening import listen
     from myxtts.evaluation.metrics import mel_cepstral_distortion
 
     per_clip: dict[str, list[float]] = {key: [] for key in QUALITY_KEYS}
-    is_recording = all(wave is recording for wave, recording in zip(waves, recordings))
+    aligned = not reference_free and not all(wave is recording for wave, recording in zip(waves, recordings))
     for wave, recording in zip(waves, recordings):
-        if not is_recording:
+        if aligned:
             per_clip["pesq_wb"].append(metrics.pesq_wb(recording, wave, rate))
             per_clip["stoi"].append(metrics.stoi(recording, wave, rate))
             per_clip["mcd"].append(mel_cepstral_distortion(recording, wave, rate))
@@ -100,6 +102,29 @@ def judge(waves: list[np.ndarray], recordings: list[np.ndarray], texts: list[str
     means = {key: float(np.nanmean(values)) for key, values in per_clip.items() if values}
     means["cer"] = heard["cer"]  # the corpus CER (characters pooled), as the other benchmarks report it
     return {**means, "per_clip": per_clip}
+
+
+def end_to_end(args, systems: dict, clips: list[tuple[str, str]], recordings: list[np.ndarray], rate: int) -> dict:
+    """The held-out sentences said by ``--acoustic-run`` (reference: the corpus' first clip, a training clip of the
+    same voice), each mel through every system: what a listener of ``synthesize --vocoder`` hears."""
+    from myxtts.synthesis import Synthesizer
+    from myxtts.vocoder.neural import check_audio_match
+
+    synthesizer = Synthesizer.from_run(args.acoustic_run, truncate_long=True)
+    first = (args.corpus / "metadata.csv").read_text(encoding="utf-8").split("|", 1)[0]
+    voice = synthesizer.voice(str(args.corpus / "wavs" / f"{first}.wav"))
+    texts = [text for _, text in clips]
+    results = synthesizer.decode_tokens(synthesizer.encode(texts), [voice] * len(texts), texts=texts)
+    report = {"acoustic_run": str(args.acoustic_run), "checkpoint": synthesizer.checkpoint, "systems": {}}
+    light = argparse.Namespace(**{**vars(args), "no_pitch": True})
+    for name, system in systems.items():
+        if hasattr(system, "audio"):
+            check_audio_match(name, system.audio, args.acoustic_run, synthesizer.cfg.audio)
+        waves = [np.asarray(system(result.mel), np.float32) for result in results]
+        judged = judge(waves, recordings, texts, rate, light, reference_free=True)
+        report["systems"][name] = judged
+        print(f"end to end, {name}: {summary_line(judged)}", flush=True)
+    return report
 
 
 def real_time_factors(systems: dict, mels: list[np.ndarray], seconds: float, rounds: int) -> dict:
@@ -153,6 +178,8 @@ def main() -> None:
     parser.add_argument("--snapshots", type=Path, help="A folder of older checkpoints of --curve's run.")
     parser.add_argument("--nisqa", help="The NISQA-TTS folder (nisqa_mos.py): naturalness.")
     parser.add_argument("--rounds", type=int, default=3, help="Alternated rounds of the real-time factor.")
+    parser.add_argument("--acoustic-run", type=Path,
+                        help="Also say the held-out sentences with this acoustic model through every system.")
     parser.add_argument("--no-pitch", action="store_true", help="Skip pYIN (F0, V/UV, periodicity): faster.")
     parser.add_argument("--no-similarity", action="store_true", help="Skip Resemblyzer.")
     parser.add_argument("--json", type=Path, help="Write the report here (and the plot beside it).")
@@ -204,6 +231,11 @@ def main() -> None:
         report["systems"][name] = {**judge(waves, recordings, texts, rate, args), "trained_minutes": minutes.get(name)}
         save()
         print(f"{name}: {summary_line(report['systems'][name])}", flush=True)
+    if args.acoustic_run:
+        latest = {name: system for name, system in systems.items()
+                  if name not in minutes or name == max(minutes, key=minutes.get)}
+        report["end_to_end"] = end_to_end(args, latest, clips, recordings, rate)
+        save()
     rtf_systems = {name: system for name, system in systems.items() if name not in minutes or name == max(minutes, key=minutes.get)}
     report["real_time_factor"] = real_time_factors(rtf_systems, mels, seconds, args.rounds)
     save()
