@@ -98,7 +98,8 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
         pieces = f"{len(document.pieces)} pieces, " if len(document.pieces) > 1 else ""
         click.echo(f"wrote {path} ({seconds:.2f} s, {pieces}{sum(r.frames for r in document.results)} frames, "
                    f"ended by {', '.join(endings)}, RTF {compute / max(seconds, 1e-9):.3f})")
-    click.echo(f"compiled decoder graphs: {synthesizer.tracing_count()} ({sorted(synthesizer.decoder.functions)})")
+    click.echo(f"compiled decoder graphs: {synthesizer.tracing_count()} ({sorted(synthesizer.decoder.functions)}); "
+               f"vocoder: {vocoder_path}")
 
 
 @click.command("evaluate")
