@@ -173,7 +173,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", type=Path, required=True, help="LJSpeech-layout corpus (metadata.csv, wavs/).")
     parser.add_argument("--held-out", type=int, default=30, help="The last N clips: judged, never trained on.")
-    parser.add_argument("--vocoder", action="append", default=[], metavar="NAME=DIR", help="A vocoder to judge.")
+    parser.add_argument("--vocoder", action="append", default=[], metavar="NAME=DIR[@CHECKPOINT]",
+                        help="A vocoder to judge (its newest checkpoint, or the checkpoint prefix given).")
     parser.add_argument("--curve", type=Path, help="A vocoder run: judge each of its checkpoints.")
     parser.add_argument("--snapshots", type=Path, help="A folder of older checkpoints of --curve's run.")
     parser.add_argument("--nisqa", help="The NISQA-TTS folder (nisqa_mos.py): naturalness.")
@@ -210,7 +211,8 @@ def main() -> None:
     minutes = {}
     for item in args.vocoder:
         name, _, path = item.partition("=")
-        systems[name] = load_vocoder(path, audio_cfg, "the benchmark's front-end")
+        path, _, checkpoint = path.partition("@")  # DIR@CHECKPOINT_PREFIX: one checkpoint of a run
+        systems[name] = load_vocoder(path, audio_cfg, "the benchmark's front-end", checkpoint=checkpoint or None)
     if args.curve:
         for name, prefix, trained in curve_systems(args.curve, args.snapshots):
             systems[name] = load_vocoder(args.curve, audio_cfg, "the benchmark's front-end", checkpoint=prefix)
