@@ -224,15 +224,15 @@ def test_fine_tuning_on_an_acoustic_models_teacher_forced_mels(vocoder_cfg, trai
 
     corpus = tmp_path / "corpus"
     (corpus / "wavs").mkdir(parents=True)
-    lines = (REPO_ROOT / "data" / "ljspeech-bundled" / "metadata.csv").read_text().splitlines()[:5]
+    lines = (REPO_ROOT / "data" / "ljspeech-bundled" / "metadata.csv").read_text().splitlines()[:3]
     (corpus / "metadata.csv").write_text("\n".join(lines) + "\n")
     for line in lines:
         name = line.split("|")[0] + ".wav"
         shutil.copy(REPO_ROOT / "data" / "ljspeech-bundled" / "wavs" / name, corpus / "wavs" / name)
     raw = vocoder_cfg.to_dict()
     raw["data"].update(corpus_path=str(corpus), cache_dir=str(tmp_path / "cache"), validation_size=1)
-    raw["training"].update(max_steps=6, validate_every=6, checkpoint_every=6, summary_every=0)
-    raw["vocoder"].update(adversarial_start_step=3)
+    raw["training"].update(max_steps=4, validate_every=4, checkpoint_every=4, summary_every=0)
+    raw["vocoder"].update(adversarial_start_step=2)
     cfg = config_from_dict(raw, base_dir=tmp_path)
     prepare(cfg, progress=False)
     workdir, _ = trained_vocoder
@@ -240,13 +240,13 @@ def test_fine_tuning_on_an_acoustic_models_teacher_forced_mels(vocoder_cfg, trai
     summary = train_vocoder(cfg, tmp_path / "finetuned", init_from=workdir,
                             acoustic_run=REPO_ROOT / "pretrained" / "base-espeak-tiny", progress=False,
                             echo=lines_out.append)
-    assert summary["steps"] == 6 and summary["retraces_after_warmup"] == 0
+    assert summary["steps"] == 4 and summary["retraces_after_warmup"] == 0
     assert any("generator and discriminators" in line for line in lines_out), lines_out
     record = json.loads((tmp_path / "finetuned" / "vocoder.json").read_text())
     assert record["init_from"].startswith(str(workdir)) and record["acoustic_run"].endswith("base-espeak-tiny")
     cache = FeatureCache.load(cfg)
     mels = tmp_path / "finetuned" / "acoustic-mels"
-    assert json.loads((mels / "source.json").read_text())["clips"] == len(cache) == 5
+    assert json.loads((mels / "source.json").read_text())["clips"] == len(cache) == 3
     for row in range(len(cache)):
         generated = read_utterance(mels / cache.files[row])[1].astype(np.float32)
         real = cache.utterance_mel(row).astype(np.float32)
