@@ -93,6 +93,33 @@ def test_segments_align_audio_with_the_cached_mel(vocoder_cfg):
         assert float(np.median(error)) < 0.01 and float(error.max()) < 0.1
 
 
+def test_alternating_update_answers_the_updated_discriminators(vocoder_cfg):
+    """From the same weights and batch, both update orders step the discriminators identically (same generated
+    audio), but only the alternating generator sees the stepped discriminators, so the generators differ."""
+    from myxtts.data.vocoder_segments import VocoderSegments
+    from myxtts.training.vocoder_steps import GanSteps
+    from myxtts.vocoder.discriminators import build_discriminators
+    from myxtts.vocoder.generators import build_generator
+
+    batch = next(iter(VocoderSegments(vocoder_cfg, "train").dataset()))
+    results = {}
+    for mode in ("alternating", "simultaneous"):
+        cfg = vocoder_cfg.replace(vocoder=dataclasses.replace(vocoder_cfg.vocoder, discriminator_update=mode))
+        tf.keras.utils.set_random_seed(3)
+        generator, discriminators = build_generator(cfg), build_discriminators(cfg)
+        before = [np.asarray(v).copy() for v in generator.trainable_variables]
+        out = GanSteps(cfg, generator, discriminators).adversarial_step(batch)
+        assert np.isfinite(float(out["total"])) and float(out["discriminator"]) > 0
+        assert any(not np.array_equal(b, np.asarray(v)) for b, v in zip(before, generator.trainable_variables))
+        results[mode] = ([np.asarray(v) for v in generator.trainable_variables],
+                         [np.asarray(v) for v in discriminators.trainable_variables], float(out["discriminator"]))
+    (g_alt, d_alt, loss_alt), (g_sim, d_sim, loss_sim) = results["alternating"], results["simultaneous"]
+    assert loss_alt == pytest.approx(loss_sim, rel=1e-5)
+    for one, other in zip(d_alt, d_sim):
+        np.testing.assert_allclose(one, other, rtol=1e-4, atol=1e-6)
+    assert max(float(np.max(np.abs(one - other))) for one, other in zip(g_alt, g_sim)) > 1e-7
+
+
 def test_clips_shorter_than_a_segment_are_skipped_and_counted(vocoder_cfg):
     from myxtts.data.vocoder_segments import VocoderDataError, VocoderSegments
 

@@ -169,7 +169,10 @@ class VocoderConfig:
     discriminator_periods: tuple[int, ...] = (2, 3, 5, 7, 11)  # multi-period discriminator (HiFi-GAN)
     discriminator_channels: int = 16  # multi-period discriminator's first width (x4, x8 deeper)
     resolution_ffts: tuple[int, ...] = (512, 1024, 2048)  # multi-resolution STFT discriminator (hop = fft / 4)
-    resolution_channels: int = 16  # multi-resolution discriminator's width
+    resolution_channels: int = 32  # multi-resolution discriminator's width
+    # alternating: the discriminators step on the generated audio, then the generator steps against the updated
+    # discriminators (HiFi-GAN, Vocos); simultaneous: both from one discriminator pass (cheaper, a weaker signal)
+    discriminator_update: Literal["alternating", "simultaneous"] = "alternating"
     mel_loss_weight: float = 45.0  # L1 between log mels of generated and real audio
     stft_loss_weight: float = 1.0  # multi-resolution STFT loss (spectral convergence + log magnitude)
     feature_loss_weight: float = 2.0  # feature matching (L1 between the discriminators' feature maps)

@@ -1,10 +1,12 @@
 """The vocoder's two compiled steps (``training.vocoder_trainer`` traces each once, with the segments' signature).
 
 - ``reconstruction_step``: the generator alone on the reconstruction losses (mel L1, multi-resolution STFT);
-- ``adversarial_step``: the discriminators and the generator updated together from one forward pass of each
-  discriminator on the real and the generated audio (hinge losses, feature matching, the reconstruction losses).
-  Both gradients are taken from the same discriminator weights: on a CPU the discriminators are most of the step's
-  cost, and this halves their passes against alternating updates.
+- ``adversarial_step``: the discriminators and the generator on the hinge losses, feature matching and the
+  reconstruction losses, in the order ``vocoder.discriminator_update`` names:
+  ``alternating`` (HiFi-GAN, Vocos): the discriminators step on the generated audio, then the generator steps
+  against the updated discriminators (two discriminator passes per step);
+  ``simultaneous``: both gradients from one discriminator pass (half the discriminator cost, a weaker signal: the
+  generator always answers a discriminator one step behind).
 A non-finite loss or gradient skips the step's updates in the graph and is counted (``nonfinite_in_a_row``).
 """
 
@@ -85,9 +87,57 @@ class GanSteps:
                 "feature_matching": zero, **self._count(finite)}
 
     def adversarial_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        if self.cfg.vocoder.discriminator_update == "alternating":
+            return self._alternating_step(batch)
+        return self._simultaneous_step(batch)
+
+    def _generator_total(self, generated: tf.Tensor, audio: tf.Tensor, real_outputs: list,
+                         fake_outputs: list) -> dict[str, tf.Tensor]:
         from myxtts.vocoder import losses as gan
 
         v = self.cfg.vocoder
+        losses = self._reconstruction(generated, audio)
+        adversarial = gan.generator_hinge(fake_outputs)
+        feature_matching = gan.feature_matching(real_outputs, fake_outputs)
+        total = (losses["reconstruction"] + v.adversarial_loss_weight * adversarial
+                 + v.feature_loss_weight * feature_matching)
+        return {**losses, "total": total, "adversarial": adversarial, "feature_matching": feature_matching}
+
+    @staticmethod
+    def _finite(loss: tf.Tensor, grads: list) -> tf.Tensor:
+        return tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(tf.linalg.global_norm(grads)))
+
+    def _alternating_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        from myxtts.vocoder import losses as gan
+
+        generator_variables = self.generator.trainable_variables
+        discriminator_variables = self.discriminators.trainable_variables
+        with tf.GradientTape() as generator_tape:
+            generated = self.generator(batch["mel"], training=True)  # [batch, segment_samples]
+            with generator_tape.stop_recording():
+                # 1. the discriminators learn to tell this batch's generated audio from the real
+                with tf.GradientTape() as discriminator_tape:
+                    discriminator_loss = gan.discriminator_hinge(
+                        self.discriminators(batch["audio"], training=True),
+                        self.discriminators(tf.stop_gradient(generated), training=True))
+                discriminator_grads = discriminator_tape.gradient(discriminator_loss, discriminator_variables)
+                discriminator_finite = self._finite(discriminator_loss, discriminator_grads)
+                self._apply(self.discriminator_optimizer, discriminator_grads, discriminator_variables,
+                            discriminator_finite)
+                # the real audio's feature maps are targets only: no gradient through them
+                real_outputs = self.discriminators(batch["audio"], training=True)
+            # 2. the generator answers the updated discriminators
+            fake_outputs = self.discriminators(generated, training=True)
+            losses = self._generator_total(generated, batch["audio"], real_outputs, fake_outputs)
+        generator_grads = generator_tape.gradient(losses["total"], generator_variables)
+        generator_finite = self._finite(losses["total"], generator_grads)
+        self._apply(self.generator_optimizer, generator_grads, generator_variables, generator_finite)
+        return {**losses, "discriminator": discriminator_loss,
+                **self._count(tf.logical_and(discriminator_finite, generator_finite))}
+
+    def _simultaneous_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        from myxtts.vocoder import losses as gan
+
         generator_variables = self.generator.trainable_variables
         discriminator_variables = self.discriminators.trainable_variables
         with tf.GradientTape(persistent=True) as tape:
@@ -95,20 +145,12 @@ class GanSteps:
             real_outputs = self.discriminators(batch["audio"], training=True)
             fake_outputs = self.discriminators(generated, training=True)
             discriminator_loss = gan.discriminator_hinge(real_outputs, fake_outputs)
-            losses = self._reconstruction(generated, batch["audio"])
-            adversarial = gan.generator_hinge(fake_outputs)
-            feature_matching = gan.feature_matching(real_outputs, fake_outputs)
-            total = (losses["reconstruction"] + v.adversarial_loss_weight * adversarial
-                     + v.feature_loss_weight * feature_matching)
-        generator_grads = tape.gradient(total, generator_variables)
+            losses = self._generator_total(generated, batch["audio"], real_outputs, fake_outputs)
+        generator_grads = tape.gradient(losses["total"], generator_variables)
         discriminator_grads = tape.gradient(discriminator_loss, discriminator_variables)
         del tape
-        finite = tf.reduce_all(tf.stack([
-            tf.math.is_finite(total), tf.math.is_finite(discriminator_loss),
-            tf.math.is_finite(tf.linalg.global_norm(generator_grads)),
-            tf.math.is_finite(tf.linalg.global_norm(discriminator_grads))]))
+        finite = tf.logical_and(self._finite(losses["total"], generator_grads),
+                                self._finite(discriminator_loss, discriminator_grads))
         self._apply(self.discriminator_optimizer, discriminator_grads, discriminator_variables, finite)
         self._apply(self.generator_optimizer, generator_grads, generator_variables, finite)
-        return {**losses, "total": total, "discriminator": discriminator_loss, "adversarial": adversarial,
-                "feature_matching": feature_matching, **self._count(finite)}
-
+        return {**losses, "discriminator": discriminator_loss, **self._count(finite)}
