@@ -166,3 +166,86 @@ def test_a_checkpoint_of_the_other_decoder_is_a_clear_error(parallel_run, tmp_pa
     (tmp_path / "ar.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(RunError, match="holds a model of the parallel decoder.*model.decoder: autoregressive"):
         Synthesizer.from_checkpoint(parallel_run / "checkpoints", tmp_path / "ar.yaml")
+
+
+def _digest(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` and its bytes: equal digests, nothing removed or changed."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("command", ["export", "pack"])
+def test_a_run_or_cache_is_never_an_output_even_with_force(command, parallel_run, autoregressive_run, prepared_cache):
+    """--out is the run, its parent, inside it, a folder holding another run, a cache, inside or above a cache:
+    exit 2 naming --out and what it would have destroyed, and nothing is removed."""
+    from myxtts.cli import main
+
+    cache = prepared_cache.cache_dir
+    before = {folder: _digest(folder) for folder in (parallel_run, autoregressive_run, cache)}
+    cases = [(parallel_run, "is the run given to --run", parallel_run),
+             (parallel_run.parent, "contains the run given to --run", parallel_run),
+             (parallel_run / "exported", "lies inside the run given to --run", parallel_run),
+             (autoregressive_run.parent, "contains a training run", autoregressive_run),
+             (cache, "is a prepared cache", cache),
+             (cache / "exported", "lies inside a prepared cache", cache),
+             (cache.parent, "contains a prepared cache", cache)]
+    for out, expected, named in cases:
+        result = CliRunner().invoke(main, [command, "--run", str(parallel_run), "--out", str(out), "--force"])
+        assert result.exit_code == 2 and expected in result.output and "Traceback" not in result.output, \
+            (out, result.output)
+        assert f"--out {out}" in result.output and str(named) in result.output, result.output
+    assert {folder: _digest(folder) for folder in before} == before
+    assert not (parallel_run / "exported").exists() and not (cache / "exported").exists()
+
+
+def _no_staging_left(out: Path) -> bool:
+    return [p.name for p in out.parent.iterdir()] == [out.name]
+
+
+@pytest.mark.parametrize("command", ["export", "pack"])
+def test_force_replaces_an_earlier_output_only_once_the_new_one_is_complete(command, parallel_run, tmp_path,
+                                                                            monkeypatch):
+    """A run that cannot be loaded, then a failure while the new output is written (the disk fills): the earlier
+    output is left whole and no staging folder stays; a complete new one replaces it. The record names the step of
+    the weights written."""
+    import shutil
+
+    import tensorflow as tf
+
+    from myxtts.cli import main
+    from myxtts.synthesis import loading
+
+    out = tmp_path / "outputs" / "model"
+    record = out / ("assets/export.json" if command == "export" else "model.json")
+    first = CliRunner().invoke(main, [command, "--run", str(parallel_run), "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    info = json.loads(record.read_text())
+    assert info["step"] == 0 and Path(info["source_checkpoint" if command == "pack" else "checkpoint"]).name == \
+        Path(loading.latest_checkpoint(parallel_run)).name
+    (out / "note.txt").write_text("written by the first one")
+    earlier = _digest(out)
+
+    again = CliRunner().invoke(main, [command, "--run", str(parallel_run), "--out", str(out)])
+    assert again.exit_code == 2 and "already holds" in again.output and "--force" in again.output, again.output
+    no_checkpoint = tmp_path / "no-checkpoint"
+    no_checkpoint.mkdir()
+    shutil.copy(parallel_run / "config.yaml", no_checkpoint / "config.yaml")
+    failed = CliRunner().invoke(main, [command, "--run", str(no_checkpoint), "--out", str(out), "--force"])
+    assert failed.exit_code == 2 and "No checkpoint" in failed.output, failed.output
+    assert _digest(out) == earlier and _no_staging_left(out)
+
+    def disk_full(folder) -> None:
+        (Path(folder) / "half-written").write_text("x")
+        raise OSError(28, "No space left on device")
+
+    if command == "export":  # tf.saved_model.save(module, folder, ...)
+        monkeypatch.setattr(tf.saved_model, "save", lambda module, folder, **kwargs: disk_full(folder))
+    else:  # save_run(folder, cfg, model, ...)
+        monkeypatch.setattr(loading, "save_run", lambda folder, *args, **kwargs: disk_full(folder))
+    failed = CliRunner().invoke(main, [command, "--run", str(parallel_run), "--out", str(out), "--force"])
+    assert failed.exit_code == 2 and "No space left on device" in failed.output, failed.output
+    assert _digest(out) == earlier and _no_staging_left(out)
+
+    monkeypatch.undo()
+    replaced = CliRunner().invoke(main, [command, "--run", str(parallel_run), "--out", str(out), "--force"])
+    assert replaced.exit_code == 0, replaced.output
+    assert not (out / "note.txt").exists() and json.loads(record.read_text())["step"] == 0 and _no_staging_left(out)

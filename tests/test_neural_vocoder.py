@@ -240,6 +240,12 @@ def test_pack_keeps_the_generator_alone(trained_vocoder, tmp_path):
                                   load_vocoder(workdir, audio_cfg)(mel).numpy())
     result = CliRunner().invoke(main, ["pack", "--run", str(workdir), "--out", str(packed)])
     assert result.exit_code == 2 and "already holds a packed vocoder" in result.output
+    result = CliRunner().invoke(main, ["pack", "--run", str(workdir), "--out", str(workdir), "--force"])
+    assert result.exit_code == 2 and "is the run given to --run" in result.output, result.output
+    assert tf.train.latest_checkpoint(str(workdir / "checkpoints")).endswith("ckpt-240")  # the run is untouched
+    result = CliRunner().invoke(main, ["pack", "--run", str(workdir), "--out", str(packed), "--force"])
+    assert result.exit_code == 0 and "packed vocoder step 240" in result.output, result.output
+    assert [p.name for p in packed.parent.iterdir()] == ["packed"]  # no staging folder left beside it
 
 
 def test_fine_tuning_on_an_acoustic_models_teacher_forced_mels(vocoder_cfg, trained_vocoder, tmp_path):

@@ -147,21 +147,17 @@ def _write_report(report: dict, json_path: str | None) -> None:
 @click.option("--run", "run_dir", required=True, type=click.Path(file_okay=False), help="Training run directory.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="SavedModel folder to write.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Config replacing the run's.")
-@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@click.option("--force", is_flag=True,
+              help="Replace --out if it holds an earlier export, once the new one is complete (never a run or cache).")
 @vocoder_option()
 @clean_errors(ValueError, OSError)
 def export_command(run_dir, out_dir, config_path, force, vocoder_path) -> None:
     """A SavedModel of the run's latest checkpoint: signatures speaker_embedding and synthesize (vocoder inside),
     symbol table and mel statistics as assets; TensorFlow alone (or TF Serving) runs it."""
-    from myxtts.locks import lock_run_directory
     from myxtts.synthesis.export import export_run
 
-    lock = lock_run_directory(run_dir) if _inside(Path(out_dir), Path(run_dir)) else None
-    try:
-        written = export_run(run_dir, out_dir, config=config_path, force=force, vocoder=vocoder_path)
-    finally:
-        if lock is not None:
-            lock.release()
+    # --out may not be, hold or lie inside the run, so nothing is written into the run and no run lock is needed
+    written = export_run(run_dir, out_dir, config=config_path, force=force, vocoder=vocoder_path)
     click.echo(f"wrote SavedModel {written} (signatures: speaker_embedding, synthesize with the {vocoder_path} "
                "vocoder; assets: vocab.json, mel_stats.json, export.json)")
 
@@ -219,19 +215,22 @@ def serve_command(run_dir, voice_specs, host, port, batch_size, max_characters, 
               help="Training run directory.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Folder of the packed model (e.g. pretrained/my-voice).")
+@click.option("--force", is_flag=True,
+              help="Replace --out if it holds an earlier packed model, once the new one is complete (never a run or "
+                   "cache).")
 @clean_errors(ValueError, OSError)
-def pack_command(run_dir: str, out_dir: str) -> None:
+def pack_command(run_dir: str, out_dir: str, force: bool) -> None:
     """A run's newest model, without optimizer state, as a folder to ship: synthesize --run and train --init-from
     take it."""
     from myxtts.synthesis.loading import pack_run
     from myxtts.vocoder.neural import VOCODER_FILE, pack_vocoder
 
     if (Path(run_dir) / VOCODER_FILE).is_file():  # a `train-vocoder` run: its generator alone
-        record = pack_vocoder(run_dir, out_dir)
+        record = pack_vocoder(run_dir, out_dir, force=force)
         click.echo(f"packed vocoder step {record['step']}, {record['training_minutes']:.1f} training minutes "
                    f"({record['parameters']:,} parameters, {record['bytes'] / 1e6:.1f} MB) into {out_dir}")
         return
-    record = pack_run(run_dir, out_dir)
+    record = pack_run(run_dir, out_dir, force=force)
     minutes = "" if record["training_minutes"] is None else f", {record['training_minutes']:.1f} training minutes"
     click.echo(f"packed step {record['step']}{minutes} ({record['parameters']:,} parameters, "
                f"{record['bytes'] / 1e6:.1f} MB of weights) into {out_dir}")

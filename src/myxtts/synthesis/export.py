@@ -14,14 +14,13 @@ length, nothing traces when serving):
 
 ``token_ids`` are what ``myxtts`` encodes a text to (``<bos>`` + symbols + ``<eos>``); the symbol table
 (``assets/vocab.json``: the text front-end's kind, language and symbols) and the mel statistics
-(``assets/mel_stats.json``) travel with the model, with ``assets/export.json`` (run, checkpoint, shapes).
+(``assets/mel_stats.json``) travel with the model, with ``assets/export.json`` (run, checkpoint and its step, shapes).
 Both decoders export (the autoregressive one runs its steps in a ``tf.while_loop`` inside ``synthesize``).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import tensorflow as tf
@@ -34,10 +33,6 @@ from myxtts.vocoder import GriffinLim, Vocoder
 from myxtts.vocoder.neural import NeuralVocoder
 
 ASSETS = ("vocab.json", "mel_stats.json", "export.json")
-
-
-class ExportError(ValueError):
-    """A run that cannot be exported, or an output folder that would be overwritten."""
 
 
 class _Untracked:
@@ -119,34 +114,41 @@ class ExportedSynthesizer(tf.Module):
 def export_run(run_dir: str | Path, out_dir: str | Path, config: str | Path | None = None,
                force: bool = False, vocoder: str | Path | None = None) -> Path:
     """Write the SavedModel of a run's latest checkpoint to ``out_dir`` (see the module docstring); ``vocoder``: a
-    neural vocoder directory (None or ``griffin-lim``: Griffin-Lim), refused when it reads other mels than the run's."""
+    neural vocoder directory (None or ``griffin-lim``: Griffin-Lim), refused when it reads other mels than the run's.
+
+    ``out_dir`` must be new, empty, or (``force``) an earlier export: never the run, a cache, nor a folder that holds
+    or lies inside one of them (``output_folder.check_output_folder``, checked before anything is loaded). The export is
+    written beside it and swapped in only once complete, so a failure leaves ``out_dir`` as it was."""
     from myxtts.vocoder.neural import load_vocoder
 
-    from myxtts.synthesis.loading import latest_checkpoint, load_model_from_run, load_run_mel_stats
+    from myxtts.synthesis.loading import checkpoint_step, latest_checkpoint, load_model_from_run, load_run_mel_stats
+    from myxtts.synthesis.output_folder import EXPORT, check_output_folder, write_staged
 
     out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        if not force:
-            raise ExportError(f"{out_dir} exists and is not empty; choose another --out or pass --force.")
-        shutil.rmtree(out_dir)
-    cfg, model, vocabulary = load_model_from_run(run_dir, config)
+    check_output_folder(out_dir, run_dir, (EXPORT,), force, "export")
+    checkpoint = latest_checkpoint(run_dir)  # resolved once: the weights and export.json name the same step
+    cfg, model, vocabulary = load_model_from_run(run_dir, config, checkpoint=checkpoint)
     chosen = load_vocoder(vocoder, cfg.audio, f"the run {run_dir}")
     mel_stats = load_run_mel_stats(run_dir, cfg)
     module = ExportedSynthesizer(cfg, model, mel_stats, chosen)
-    staging = out_dir.with_name(out_dir.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    tf.saved_model.save(module, str(staging), signatures={"speaker_embedding": module.speaker_embedding,
-                                                           "synthesize": module.synthesize})
-    assets = staging / "assets"
-    assets.mkdir(exist_ok=True)
-    vocabulary.save(assets / "vocab.json")
-    mel_stats.save(assets / "mel_stats.json")
-    (assets / "export.json").write_text(json.dumps({
-        "run": str(Path(run_dir).resolve()), "checkpoint": latest_checkpoint(run_dir),
+    neural = isinstance(chosen, NeuralVocoder)
+    record = {
+        "run": str(Path(run_dir).resolve()), "checkpoint": checkpoint, "step": checkpoint_step(checkpoint),
         "sample_rate": cfg.audio.sample_rate, "reference_frames": cfg.data.reference_frames,
         "embedding_shape": [1, model.dims.num_speaker_latents, model.dims.d_model],
         "bos_id": vocabulary.symbols.index("<bos>"), "eos_id": vocabulary.symbols.index("<eos>"),
-        "vocoder": str(Path(vocoder).resolve()) if isinstance(chosen, NeuralVocoder) else "griffin-lim",
-        "griffin_lim_iters": cfg.audio.griffin_lim_iters}, indent=1), encoding="utf-8")
-    staging.rename(out_dir)  # complete or absent: never a half-written SavedModel under the asked name
-    return out_dir
+        "vocoder": str(Path(vocoder).resolve()) if neural else "griffin-lim",
+        **({"vocoder_checkpoint": chosen.checkpoint} if neural else {}),
+        "griffin_lim_iters": cfg.audio.griffin_lim_iters}
+
+    def write(staging: Path) -> Path:
+        tf.saved_model.save(module, str(staging), signatures={"speaker_embedding": module.speaker_embedding,
+                                                              "synthesize": module.synthesize})
+        assets = staging / "assets"
+        assets.mkdir(exist_ok=True)
+        vocabulary.save(assets / "vocab.json")
+        mel_stats.save(assets / "mel_stats.json")
+        (assets / "export.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
+        return out_dir
+
+    return write_staged(out_dir, write)  # complete or absent: never a half-written SavedModel under the asked name

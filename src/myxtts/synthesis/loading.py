@@ -47,6 +47,12 @@ def latest_checkpoint(run_dir: str | Path) -> str:
                    "(`myxtts train --config ... --run-dir ...`) or pass --checkpoint.")
 
 
+def checkpoint_step(checkpoint: str | Path) -> int | None:
+    """The step a checkpoint prefix names (``.../ckpt-N`` -> N), None when it names none."""
+    number = str(checkpoint).rsplit("-", 1)[-1]
+    return int(number) if number.isdigit() else None
+
+
 def find_vocabulary(cfg: Config, *folders: Path) -> Vocabulary:
     """The vocabulary saved with the run (or the config's cache); else the one the text config implies."""
     for path in [folder / VOCAB_FILE for folder in folders] + [cfg.cache_dir / VOCAB_FILE]:
@@ -171,9 +177,10 @@ def load_model_from_checkpoint(checkpoint: str | Path, config: str | Path,
     return cfg, restore_model(cfg, vocab, checkpoint), vocab
 
 
-def load_model_from_run(run_dir: str | Path, config: str | Path | None = None
+def load_model_from_run(run_dir: str | Path, config: str | Path | None = None, checkpoint: str | None = None
                         ) -> tuple[Config, TTSModel, Vocabulary]:
-    """(config, model with the newest checkpoint's weights, vocabulary) of a training run."""
+    """(config, model with the newest checkpoint's weights, vocabulary) of a training run; ``checkpoint``: a prefix
+    the caller resolved (``latest_checkpoint``) to restore instead, so what it records names the weights loaded."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise RunError(f"Run directory not found: {run_dir}")
@@ -182,7 +189,7 @@ def load_model_from_run(run_dir: str | Path, config: str | Path | None = None
         raise RunError(f"No config in the run directory: {config_path} is missing; pass --config.")
     cfg = load_config(config_path)
     vocab = find_vocabulary(cfg, run_dir)
-    return cfg, restore_model(cfg, vocab, latest_checkpoint(run_dir)), vocab
+    return cfg, restore_model(cfg, vocab, checkpoint or latest_checkpoint(run_dir)), vocab
 
 
 def save_run(run_dir: str | Path, cfg: Config, model: TTSModel, vocabulary: Vocabulary,
@@ -233,34 +240,43 @@ def _portable(path: Path) -> str:
     return os.path.relpath(resolved, Path.cwd()) if resolved.is_relative_to(Path.cwd().resolve()) else str(resolved)
 
 
-def pack_run(run_dir: str | Path, out_dir: str | Path) -> dict:
+def pack_run(run_dir: str | Path, out_dir: str | Path, force: bool = False) -> dict:
     """A run as a model to ship (``myxtts pack``): config, vocabulary, mel statistics, the corpus summary and the
     newest checkpoint's model weights only (no optimizer state: a third of the size), in the run-directory layout,
-    so ``synthesize --run OUT`` and ``train --init-from OUT`` take it. Writes and returns ``OUT/model.json``."""
+    so ``synthesize --run OUT`` and ``train --init-from OUT`` take it. Writes and returns ``OUT/model.json``.
+
+    ``out_dir`` must be new, empty or (``force``) an earlier packed model, never the run, a cache, nor a folder that
+    holds or lies inside one (``output_folder.check_output_folder``); the pack is written beside it and swapped in
+    only once complete, so a failure leaves ``out_dir`` as it was."""
     import json
     import shutil
 
+    from myxtts.synthesis.output_folder import PACKED, check_output_folder, write_staged
+
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    if out_dir.exists() and any(out_dir.glob(f"{CHECKPOINT_DIR}/*.index")):
-        raise RunError(f"{out_dir} already holds a packed model; remove its checkpoints/ folder or choose another "
-                       "--out.")
-    cfg, model, vocabulary = load_model_from_run(run_dir)
-    checkpoint = latest_checkpoint(run_dir)
-    step = int(checkpoint.rsplit("-", 1)[-1]) if checkpoint.rsplit("-", 1)[-1].isdigit() else 0
+    check_output_folder(out_dir, run_dir, PACKED, force, "pack")
+    checkpoint = latest_checkpoint(run_dir)  # resolved once: the weights, step and minutes all come from this prefix
     try:
         trained_seconds = float(tf.train.load_variable(checkpoint, "trained_seconds/.ATTRIBUTES/VARIABLE_VALUE"))
     except (tf.errors.NotFoundError, ValueError):
         trained_seconds = None
-    prefix = save_run(out_dir, cfg, model, vocabulary, load_run_mel_stats(run_dir, cfg), step=step)
-    _relative_paths(out_dir / CONFIG_FILE)
-    for extra in ("corpus.json", "init_from.json"):  # data.cache.CORPUS_FILE, training.warm_start.INIT_FROM_FILE
-        if (run_dir / extra).is_file():
-            shutil.copyfile(run_dir / extra, out_dir / extra)
-    record = {"source_run": _portable(run_dir), "source_checkpoint": _portable(Path(checkpoint)),
-              "checkpoint": Path(prefix).name,
-              "step": step, "training_minutes": None if trained_seconds is None else trained_seconds / 60.0,
-              "parameters": int(sum(int(np.prod(v.shape)) for v in model.trainable_weights)),
-              "decoder": cfg.model.decoder, "preset": cfg.model.preset,
-              "bytes": sum(p.stat().st_size for p in (out_dir / CHECKPOINT_DIR).iterdir())}
-    (out_dir / "model.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
-    return record
+    cfg, model, vocabulary = load_model_from_run(run_dir, checkpoint=checkpoint)
+    mel_stats = load_run_mel_stats(run_dir, cfg)
+    step = checkpoint_step(checkpoint) or 0
+
+    def write(staging: Path) -> dict:
+        prefix = save_run(staging, cfg, model, vocabulary, mel_stats, step=step)
+        _relative_paths(staging / CONFIG_FILE)  # a sibling of out_dir: the same relative paths
+        for extra in ("corpus.json", "init_from.json"):  # data.cache.CORPUS_FILE, training.warm_start.INIT_FROM_FILE
+            if (run_dir / extra).is_file():
+                shutil.copyfile(run_dir / extra, staging / extra)
+        record = {"source_run": _portable(run_dir), "source_checkpoint": _portable(Path(checkpoint)),
+                  "checkpoint": Path(prefix).name,
+                  "step": step, "training_minutes": None if trained_seconds is None else trained_seconds / 60.0,
+                  "parameters": int(sum(int(np.prod(v.shape)) for v in model.trainable_weights)),
+                  "decoder": cfg.model.decoder, "preset": cfg.model.preset,
+                  "bytes": sum(p.stat().st_size for p in (staging / CHECKPOINT_DIR).iterdir())}
+        (staging / "model.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
+        return record
+
+    return write_staged(out_dir, write)

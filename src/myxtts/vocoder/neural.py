@@ -68,29 +68,32 @@ def save_vocoder(directory: str | Path, cfg: Any, generator: Any, trained_on: st
     return directory
 
 
-def pack_vocoder(run_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
-    """A vocoder run's newest generator, without discriminators and optimizers, as a folder to ship."""
+def pack_vocoder(run_dir: str | Path, out_dir: str | Path, force: bool = False) -> dict[str, Any]:
+    """A vocoder run's newest generator, without discriminators and optimizers, as a folder to ship. ``out_dir``
+    follows ``pack_run``'s rule: new, empty or (``force``) an earlier pack, replaced only once the new one is
+    complete; never the run, a cache, nor a folder that holds or lies inside one."""
+    from myxtts.synthesis.loading import _relative_paths
+    from myxtts.synthesis.output_folder import PACKED, check_output_folder, write_staged
     from myxtts.vocoder.generators import build_generator
 
+    check_output_folder(Path(out_dir), run_dir, PACKED, force, "pack")
     cfg, record = read_vocoder_dir(run_dir)
-    checkpoint = newest_checkpoint(Path(run_dir))
+    checkpoint = newest_checkpoint(Path(run_dir))  # resolved once: the weights, step and minutes come from it
     generator = build_generator(cfg)
     tf.train.Checkpoint(generator=generator).restore(checkpoint).expect_partial().assert_existing_objects_matched()
     step = int(checkpoint.rsplit("-", 1)[1])
     minutes = float(tf.train.load_variable(checkpoint, "trained_seconds/.ATTRIBUTES/VARIABLE_VALUE")) / 60.0
-    from myxtts.synthesis.loading import _relative_paths
 
-    out_dir = Path(out_dir)
-    if any(out_dir.glob(f"{CHECKPOINT_DIR}/*.index")):
-        raise VocoderError(f"{out_dir} already holds a packed vocoder; remove its checkpoints/ folder or choose another "
-                           "--out.")
-    save_vocoder(out_dir, cfg, generator, record.get("trained_on", ""), step)
-    _relative_paths(out_dir / "config.yaml")
-    record = {**json.loads((out_dir / VOCODER_FILE).read_text(encoding="utf-8")), "step": step,
-              "training_minutes": round(minutes, 1), "source_checkpoint": Path(checkpoint).name,
-              "bytes": sum(path.stat().st_size for path in (out_dir / CHECKPOINT_DIR).iterdir())}
-    (out_dir / VOCODER_FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
-    return record
+    def write(staging: Path) -> dict[str, Any]:
+        save_vocoder(staging, cfg, generator, record.get("trained_on", ""), step)
+        _relative_paths(staging / "config.yaml")  # a sibling of out_dir: the same relative paths
+        packed = {**json.loads((staging / VOCODER_FILE).read_text(encoding="utf-8")), "step": step,
+                  "training_minutes": round(minutes, 1), "source_checkpoint": Path(checkpoint).name,
+                  "bytes": sum(path.stat().st_size for path in (staging / CHECKPOINT_DIR).iterdir())}
+        (staging / VOCODER_FILE).write_text(json.dumps(packed, indent=1), encoding="utf-8")
+        return packed
+
+    return write_staged(out_dir, write)
 
 
 def read_vocoder_dir(path: str | Path) -> tuple[Any, dict[str, Any]]:
@@ -170,8 +173,8 @@ def _checkpoint_children(checkpoint: str) -> set[str]:
 class NeuralVocoder(Vocoder):
     """A trained generator behind the ``Vocoder`` interface: one compiled graph for every mel length and batch."""
 
-    def __init__(self, generator: Any, audio_cfg: Any, path: str = "") -> None:
-        self.generator, self.path = generator, path
+    def __init__(self, generator: Any, audio_cfg: Any, path: str = "", checkpoint: str = "") -> None:
+        self.generator, self.path, self.checkpoint = generator, path, checkpoint  # checkpoint: the prefix restored
         self.sample_rate, self.n_mels, self.hop_length = audio_cfg.sample_rate, audio_cfg.n_mels, audio_cfg.hop_length
         self.audio = audio_settings(audio_cfg)
         self._batched = tf.function(lambda log_mel: generator(log_mel, training=False),
@@ -204,6 +207,6 @@ def load_vocoder(path: str | Path | None, audio_cfg: Any, acoustic_name: str = "
     cfg, record = read_vocoder_dir(path)
     check_audio_match(path, record["audio"], acoustic_name, audio_cfg)
     generator = build_generator(cfg)
-    tf.train.Checkpoint(generator=generator).restore(checkpoint or newest_checkpoint(Path(path))).expect_partial() \
-        .assert_existing_objects_matched()
-    return NeuralVocoder(generator, cfg.audio, str(path))
+    checkpoint = checkpoint or newest_checkpoint(Path(path))  # resolved once, kept on the vocoder for records
+    tf.train.Checkpoint(generator=generator).restore(checkpoint).expect_partial().assert_existing_objects_matched()
+    return NeuralVocoder(generator, cfg.audio, str(path), checkpoint)
