@@ -165,7 +165,6 @@ def run_training(cfg: Config, steps: int, workdir: Path, echo: Callable[[str], N
     """Train N steps through the production Trainer; return its trace accounting, events and step times."""
     from myxtts.training import Trainer
     from myxtts.training.steps import UnknownShapeError
-    from myxtts.training.trainer import warmup_key
 
     shapes: list[str] = []  # the batch shape of each step (observed, the batch passes unchanged)
 
@@ -191,7 +190,7 @@ def run_training(cfg: Config, steps: int, workdir: Path, echo: Callable[[str], N
     now, warmup_counts = traces.counts(), traces.warmup_counts
     functions = {name: {"warmup_traces": warmup_counts.get(name, 0), "traces": count,
                         "after_warmup": count - warmup_counts.get(name, 0),
-                        "warmup_seconds": float(trainer.warmup.get(warmup_key(name), 0.0))}
+                        "warmup_seconds": float(trainer.warmup_seconds_of(name))}
                  for name, count in now.items()}
     monitor = traces.monitor
     unexpected = [event for event in monitor.events if event.unexpected] if monitor is not None else []

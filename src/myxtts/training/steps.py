@@ -62,6 +62,11 @@ def describe_key(key: ShapeKey) -> str:
     return f"batch {batch} x text {text} x mel {frames}"
 
 
+def warmup_name(kind: str, key: ShapeKey) -> str:
+    """The warm-up timing key of the ``kind`` ("train" / "validate") step of one batch shape."""
+    return f"{kind}_step[{describe_key(key)}]"
+
+
 class UnknownShapeError(ValueError):
     pass
 
@@ -100,6 +105,7 @@ class TrainingSteps:
         self.validate_functions: dict[ShapeKey, Callable] = {}
         self.warmup_seconds: dict[str, float] = {}  # "<kind>_step[<shape>]" -> trace + warm-up runs, seconds
         self.warmup_runs_seconds: dict[str, list[float]] = {}  # same keys -> [trace + first run, any later runs]
+        self.warmup_names: dict[str, str] = {}  # trace-accounting name of a compiled step -> its warm-up key
         self.signatures: dict[ShapeKey, dict] = {}  # batch signatures (what validate and the model take)
         self.train_signatures: dict[ShapeKey, dict] = {}  # the train calls' (blocks with steps_per_execution)
 
@@ -276,11 +282,14 @@ class TrainingSteps:
                            autograph=False)
             # with accumulation the global batch's counts come in as a second (scalar) argument
             train_signature = [spec] if self.accumulation == 1 else [spec, NORMALIZER_SIGNATURE]
-            name = f"train_{self.steps_per_execution}_steps" if blocks else "train_step"
+            train_prefix = f"train_{self.steps_per_execution}_steps" if blocks else "train_step"
+            train_name, validate_name = f"{train_prefix}[{label}]", f"validate_step[{label}]"
+            self.warmup_names[train_name] = warmup_name("train", key)
+            self.warmup_names[validate_name] = warmup_name("validate", key)
             self.train_functions[key] = wrap(tf.function(train_body, input_signature=train_signature, **options),
-                                             f"{name}[{label}]")
+                                             train_name)
             self.validate_functions[key] = wrap(tf.function(self._validate_graph, input_signature=[batch_spec],
-                                                            **options), f"validate_step[{label}]")
+                                                            **options), validate_name)
 
     # ---- warm-up and state snapshot (training/warmup.py) ---------------------------------------------
     def warm_up(self, execute: bool = True, runs: int = 1) -> dict[str, float]:
@@ -296,7 +305,7 @@ class TrainingSteps:
                 batch = warmup.warmup_batch((self.train_signatures if kind == "train" else self.signatures)[key])
                 arguments = [batch] if kind == "validate" or self.accumulation == 1 else \
                     [batch, self._normalizers(batch)]
-                jobs.append((f"{kind}_step[{describe_key(key)}]", kind, function, arguments))
+                jobs.append((warmup_name(kind, key), kind, function, arguments))
         return jobs
 
     def state_variables(self) -> list:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import shutil
 import time
 from pathlib import Path
@@ -39,9 +38,10 @@ from myxtts.training.device_feed import DeviceFeed, default_device
 from myxtts.training.distribute import check_divisible, is_chief, make_strategy
 from myxtts.training.interrupt import StopOnSignals
 from myxtts.training.listening import Listener
+from myxtts.training.loop_state import LoopState, check_block_alignment
 from myxtts.training.monitor import MetricsLog, StepTimer, TraceAccounting, format_summary
 from myxtts.training.schedule import make_optimizer
-from myxtts.training.stages import StagedRun
+from myxtts.training.stages import StagedRun, StopReason, TrainingClock, progress_bar
 from myxtts.training.steps import TrainingSteps, shape_key
 from myxtts.training.warm_start import freeze_modules, warm_start, warm_start_mel_stats
 
@@ -69,7 +69,7 @@ class Trainer(StagedRun):
         self.progress, self.echo, self.batch_filter = progress, echo, batch_filter
         self.locks: list[Any] = []  # released by run(), however it ends
         self.stop_on_signals = stop_on_signals
-        self.feed_device = feed_device  # resolved in stage_loop: listing devices here would start TF's context
+        self.feed_device = feed_device  # resolved in _start_loop: listing devices here would start TF's context
         # before the strategy exists (MultiWorkerMirroredStrategy must configure collectives first)
 
     # ---- stages ------------------------------------------------------------------------------------
@@ -194,118 +194,137 @@ class Trainer(StagedRun):
 
     def stage_loop(self) -> dict[str, Any]:
         t = self.cfg.training
-        metrics = MetricsLog(self.workdir, enabled=self.chief)
-        timer = StepTimer()
-        device = self.feed_device
-        if device == "auto":  # one device: copy ahead to the GPU; a strategy places each replica's slice itself
-            device = default_device(self.cfg.data.prefetch_to_gpu) if t.distribution == "none" else None
-        feed = DeviceFeed(self.iterator, device, fetch=timer.next_batch)
-        start_step = int(self.steps.micro_step.numpy()) // t.gradient_accumulation_steps
-        check_block_alignment(start_step, t.max_steps, t.steps_per_execution)
-        step, first_loss, last_loss, loop_started = start_step, None, None, time.perf_counter()
-        frames = tf.constant(0.0)  # real mel frames trained on: summed on the device, read at log points only
-        bar = _progress_bar(t.max_steps, start_step, self.progress and self.chief)
-        stopped = "max_steps"
-        validation_loss = None
-        budget = t.max_minutes * 60.0 if t.max_minutes > 0 else math.inf  # seconds of training, resumes included
-        trained_before = float(self.trained_seconds.numpy())
-        per_call = t.steps_per_execution  # optimizer steps per compiled call (a block of K batches)
-
-        def crossed(every: int) -> bool:  # did the last call pass a multiple of `every`?
-            return step // every > (step - per_call) // every
-
-        if trained_before >= budget:  # a resume whose budget is already spent trains nothing
-            stopped = "max_minutes"
-            self.echo(f"training.max_minutes ({t.max_minutes:g}) already spent at step {step}; raise it to go on")
+        loop = self._start_loop()
         # Ctrl-C / SIGTERM: end of this step, checkpoint, stop (one worker of several cannot stop alone)
         self.interrupt = StopOnSignals(enabled=self.stop_on_signals and t.distribution != "multi_worker")
         self.interrupt.install()
         try:
-            while step < t.max_steps and stopped == "max_steps":
-                step_started = time.perf_counter()
-                batches = []
-                for _ in range(t.gradient_accumulation_steps):
-                    batch = feed.take()
-                    batches.append(self.batch_filter(step, batch) if self.batch_filter is not None else batch)
-                out = self.steps.train_cycle(batches)  # dispatched; nothing below waits for it but log points
-                frames = frames + out["real_frames"]
-                step += per_call
-                # host reads (which wait for the device) only at log / checkpoint points: the NaN guard skips
-                # bad updates inside the graph, so reading its counter there loses nothing
-                first = step == start_step + per_call
-                read_now = first or crossed(t.log_every) or step == t.max_steps or crossed(t.checkpoint_every)
-                if first or crossed(t.log_every) or step == t.max_steps:
-                    record = {k: float(v) for k, v in out.items()}
-                    elapsed = time.perf_counter() - loop_started
-                    record.update(step=step, step_time=(time.perf_counter() - step_started) / per_call,
-                                  input_wait_share=timer.input_wait_share(elapsed),
-                                  mel_frames_per_second=float(frames) / max(elapsed, 1e-9),
-                                  traces_after_warmup=self.traces.retraces_after_warmup())
-                    metrics.write(record)
-                    first_loss = record["total"] if first_loss is None else first_loss
-                    last_loss = record["total"]
-                    bar.set_postfix(loss=f"{last_loss:.3f}", frames_s=f"{record['mel_frames_per_second']:.0f}")
-                nonfinite_in_a_row = int(out["nonfinite_in_a_row"]) if read_now else 0
-                if nonfinite_in_a_row >= t.max_nonfinite_steps:
-                    raise NonFiniteLossError(
-                        f"Stopped at step {step}: {nonfinite_in_a_row} steps in a row had a non-finite loss or "
-                        f"gradient (training.max_nonfinite_steps = {t.max_nonfinite_steps}); those updates were "
-                        f"skipped. The last good checkpoint is "
-                        f"{self.checkpoints.latest or 'none (no checkpoint saved yet)'}. Lower "
-                        "training.learning_rate, keep training.gradient_clip_norm > 0, or check the data "
-                        "(`myxtts prepare` rejects non-finite audio).")
-                bar.update(per_call)
-                out_of_time = trained_before + time.perf_counter() - loop_started >= budget
-                if out_of_time and step < t.max_steps:
-                    stopped = "max_minutes"
-                if self.interrupt.requested and step < t.max_steps:
-                    stopped = "interrupted"
-                last = step == t.max_steps or stopped != "max_steps"
-                validate = crossed(t.validate_every) or last
-                if self.validation_pipeline is not None and validate and stopped != "interrupted":
-                    validation_loss = self._validate(step, metrics)
-                    if self.listener is not None:  # free-running synthesis: not training time (max_minutes, frames/s)
-                        begin = time.perf_counter()
-                        self.listener(step, metrics)
-                        loop_started += time.perf_counter() - begin
-                if self.summary_function is not None and crossed(t.summary_every) and stopped != "interrupted":
-                    self._write_summaries(step, metrics)
-                if self.interrupt.requested and step < t.max_steps:  # also a signal during validation / listening
-                    stopped = "interrupted"
-                if crossed(t.checkpoint_every) or last or stopped == "interrupted":
-                    self.trained_seconds.assign(trained_before + time.perf_counter() - loop_started)
-                    self.checkpoints.save(step)  # the feed holds no batch here: the iterator position is exact
-                if stopped == "max_minutes":
-                    self.echo(f"training.max_minutes ({t.max_minutes:g}) reached at step {step}: checkpoint saved; "
-                              "--resume continues with the budget's remainder (raise max_minutes to go on)")
-                    break
-                if stopped == "interrupted":
-                    exactly = "exactly" if self.train_pipeline.checkpointable else \
-                        "(the tf.data service's iterator is not checkpointed)"
-                    self.echo(f"{self.interrupt.requested} at step {step}: the step finished and a checkpoint was "
-                              f"saved; a resume continues from it {exactly}")
-                    break
-                if step < t.max_steps:
-                    feed.refill()  # the next batch goes to the device while this step runs
+            while loop.step < t.max_steps and loop.stopped is None:
+                out = self._train_call(loop)  # dispatched; nothing below waits for it but the host reads
+                # host reads (which wait for the device) only at log / checkpoint points: the NaN guard skips bad
+                # updates inside the graph, so reading its counter there loses nothing
+                if loop.at_log_point(t.log_every):
+                    self._log(out, loop)
+                self._guard_nonfinite(out, loop)
+                loop.bar.update(loop.per_call)
+                loop.stopped = loop.stop_reason(self.interrupt.requested)
+                if loop.stopped is not StopReason.INTERRUPTED:
+                    self._validate_and_listen(loop)
+                    self._summarise(loop)
+                if self.interrupt.requested and loop.step < t.max_steps:  # also a signal during validation / listening
+                    loop.stopped = StopReason.INTERRUPTED
+                if loop.crossed(t.checkpoint_every) or loop.final:
+                    self._checkpoint(loop)
+                if loop.stopped is not None:
+                    self._say_why_stopped(loop)
+                elif loop.step < t.max_steps:
+                    loop.feed.refill()  # the next batch goes to the device while this step runs
         except NonFiniteLossError:
-            stopped = "nonfinite"
+            loop.stopped = StopReason.NONFINITE
             raise
         finally:
             self.interrupt.restore()
-            bar.close()
-            metrics.close()
-            elapsed = time.perf_counter() - loop_started
-            self.summary = self._summary(step, start_step, first_loss, last_loss, float(frames), elapsed, timer,
-                                         validation_loss, stopped)
+            loop.bar.close()
+            loop.metrics.close()
+            self.summary = self._summary(loop)
             self.traces.close()
         self.echo(format_summary(self.summary))
         return self.summary
+
+    # ---- the loop's steps and periodic actions -----------------------------------------------------
+    def _start_loop(self) -> LoopState:
+        """The loop's state at the step the counters were restored to; a spent time budget stops it at once."""
+        t = self.cfg.training
+        start_step = int(self.steps.micro_step.numpy()) // t.gradient_accumulation_steps
+        check_block_alignment(start_step, t.max_steps, t.steps_per_execution)
+        device = self.feed_device
+        if device == "auto":  # one device: copy ahead to the GPU; a strategy places each replica's slice itself
+            device = default_device(self.cfg.data.prefetch_to_gpu) if t.distribution == "none" else None
+        timer = StepTimer()
+        loop = LoopState(start_step=start_step, max_steps=t.max_steps, per_call=t.steps_per_execution,
+                         clock=TrainingClock(float(self.trained_seconds.numpy()), t.max_minutes),
+                         feed=DeviceFeed(self.iterator, device, fetch=timer.next_batch), timer=timer,
+                         metrics=MetricsLog(self.workdir, enabled=self.chief),
+                         bar=progress_bar(t.max_steps, start_step, self.progress and self.chief))
+        if loop.clock.spent_before():  # a resume whose budget is already spent trains nothing
+            loop.stopped = StopReason.MAX_MINUTES
+            self.echo(f"training.max_minutes ({t.max_minutes:g}) already spent at step {start_step}; raise it to go on")
+        return loop
+
+    def _train_call(self, loop: LoopState) -> dict[str, tf.Tensor]:
+        """Feed one compiled call (gradient_accumulation_steps batches or blocks) and dispatch it."""
+        loop.call_started = time.perf_counter()
+        batches = []
+        for _ in range(self.cfg.training.gradient_accumulation_steps):
+            batch = loop.feed.take()
+            batches.append(self.batch_filter(loop.step, batch) if self.batch_filter is not None else batch)
+        out = self.steps.train_cycle(batches)
+        loop.frames = loop.frames + out["real_frames"]
+        loop.step += loop.per_call
+        return out
+
+    def _log(self, out: dict[str, tf.Tensor], loop: LoopState) -> None:
+        """A metrics.jsonl record (and TensorBoard scalars) of the last call; the progress bar's loss."""
+        record = {key: float(value) for key, value in out.items()}
+        elapsed = loop.clock.elapsed()
+        record.update(step=loop.step, step_time=(time.perf_counter() - loop.call_started) / loop.per_call,
+                      input_wait_share=loop.timer.input_wait_share(elapsed),
+                      mel_frames_per_second=float(loop.frames) / max(elapsed, 1e-9),
+                      traces_after_warmup=self.traces.retraces_after_warmup())
+        loop.metrics.write(record)
+        loop.first_loss = record["total"] if loop.first_loss is None else loop.first_loss
+        loop.last_loss = record["total"]
+        loop.bar.set_postfix(loss=f"{loop.last_loss:.3f}", frames_s=f"{record['mel_frames_per_second']:.0f}")
+
+    def _guard_nonfinite(self, out: dict[str, tf.Tensor], loop: LoopState) -> None:
+        """Raise after training.max_nonfinite_steps non-finite steps in a row (read at log / checkpoint points)."""
+        t = self.cfg.training
+        read_now = loop.at_log_point(t.log_every) or loop.crossed(t.checkpoint_every)
+        in_a_row = int(out["nonfinite_in_a_row"]) if read_now else 0
+        if in_a_row >= t.max_nonfinite_steps:
+            raise NonFiniteLossError(
+                f"Stopped at step {loop.step}: {in_a_row} steps in a row had a non-finite loss or gradient "
+                f"(training.max_nonfinite_steps = {t.max_nonfinite_steps}); those updates were skipped. The last good "
+                f"checkpoint is {self.checkpoints.latest or 'none (no checkpoint saved yet)'}. Lower "
+                "training.learning_rate, keep training.gradient_clip_norm > 0, or check the data "
+                "(`myxtts prepare` rejects non-finite audio).")
+
+    def _validate_and_listen(self, loop: LoopState) -> None:
+        """Every validate_every steps and at the last: the validation losses, then the listening sentences."""
+        if self.validation_pipeline is None or not (loop.crossed(self.cfg.training.validate_every) or loop.final):
+            return
+        loop.validation_loss = self._validate(loop.step, loop.metrics)
+        if self.listener is not None:
+            with loop.clock.paused():  # free-running synthesis: not training time (max_minutes, frames/s)
+                self.listener(loop.step, loop.metrics)
+
+    def _summarise(self, loop: LoopState) -> None:
+        """Every summary_every steps: mel / alignment images and an audio sample to TensorBoard."""
+        if self.summary_function is not None and loop.crossed(self.cfg.training.summary_every):
+            self._write_summaries(loop.step, loop.metrics)
+
+    def _checkpoint(self, loop: LoopState) -> None:
+        """Every checkpoint_every steps, at the last and when stopping early; with the training time so far."""
+        self.trained_seconds.assign(loop.clock.trained_seconds())
+        self.checkpoints.save(loop.step)  # the feed holds no batch here: the iterator position is exact
+
+    def _say_why_stopped(self, loop: LoopState) -> None:
+        """Early stops say why and how to go on."""
+        t = self.cfg.training
+        if loop.stopped is StopReason.MAX_MINUTES:
+            self.echo(f"training.max_minutes ({t.max_minutes:g}) reached at step {loop.step}: checkpoint saved; "
+                      "--resume continues with the budget's remainder (raise max_minutes to go on)")
+        elif loop.stopped is StopReason.INTERRUPTED:
+            exactly = "exactly" if self.train_pipeline.checkpointable else \
+                "(the tf.data service's iterator is not checkpointed)"
+            self.echo(f"{self.interrupt.requested} at step {loop.step}: the step finished and a checkpoint was "
+                      f"saved; a resume continues from it {exactly}")
 
     # ---- helpers -----------------------------------------------------------------------------------
     def _nothing_to_train(self) -> bool:
         t = self.cfg.training
         at_end = int(self.steps.micro_step.numpy()) // t.gradient_accumulation_steps >= t.max_steps
-        return at_end or (t.max_minutes > 0 and float(self.trained_seconds.numpy()) >= t.max_minutes * 60.0)
+        return at_end or TrainingClock(float(self.trained_seconds.numpy()), t.max_minutes).spent_before()
 
     def _first_batch(self) -> dict:
         pipeline = self.validation_pipeline or self.train_pipeline
@@ -342,55 +361,35 @@ class Trainer(StagedRun):
         metrics.images_and_audio(step, mel, self.mel_stats.denormalize(self.summary_batch["mel"][0, :frames].numpy()),
                                  outputs["alignments"][0, :steps, :tokens].numpy(), audio, self.cfg.audio.sample_rate)
 
-    def _summary(self, step, start_step, first_loss, last_loss, frames, elapsed, timer, validation_loss,
-                 stopped) -> dict[str, Any]:
+    def warmup_seconds_of(self, name: str) -> float:
+        """Warm-up seconds of the function the trace accounting calls ``name`` (a step's under its shape alone)."""
+        return self.warmup.get(self.steps.warmup_names.get(name, name), 0.0)
+
+    def _summary(self, loop: LoopState) -> dict[str, Any]:
         counts = self.traces.counts()
-        traces = {name: {"traces": counts.get(name, 0), "warmup_seconds": self.warmup.get(warmup_key(name), 0.0)}
+        traces = {name: {"traces": counts.get(name, 0), "warmup_seconds": self.warmup_seconds_of(name)}
                   for name in counts}
-        done = step - start_step
+        done, elapsed = loop.step - loop.start_step, loop.clock.elapsed()
         return {
-            "steps": step, "steps_this_run": done, "updates": self.steps.update_step,
-            "nonfinite_total": int(self.steps.nonfinite_total.numpy()), "stopped": stopped,
+            "steps": loop.step, "steps_this_run": done, "updates": self.steps.update_step,
+            "nonfinite_total": int(self.steps.nonfinite_total.numpy()),
+            "stopped": (loop.stopped or StopReason.MAX_STEPS).value,  # None also after an exception other than NaN's
             "interrupted_by": self.interrupt.requested,  # also set when the signal came at the last step
             "parameters": self.parameters, "batch_shapes": len(self.signatures),
-            "replicas": self.strategy.num_replicas_in_sync,
-            "traces": traces, "warmup_traces": sum(self.traces.warmup_counts.values()),
-            "warmup_seconds": self.warmup_total,
+            "replicas": self.strategy.num_replicas_in_sync, "traces": traces,
+            "warmup_traces": sum(self.traces.warmup_counts.values()), "warmup_seconds": self.warmup_total,
             "retraces_after_warmup": self.traces.retraces_after_warmup(),
             "retrace_explanations": self.traces.explanations(),
-            "loss_first": first_loss, "loss_last": last_loss, "validation_loss": validation_loss,
-            "mel_frames_per_second": frames / max(elapsed, 1e-9), "steps_per_second": done / max(elapsed, 1e-9),
-            "input_wait_share": timer.input_wait_share(elapsed),
-            "input_wait_share_raw": timer.raw_input_wait_share(elapsed), "input_wait_note": timer.correction_note,
-            "seconds": elapsed,
+            "loss_first": loop.first_loss, "loss_last": loop.last_loss, "validation_loss": loop.validation_loss,
+            "mel_frames_per_second": float(loop.frames) / max(elapsed, 1e-9),
+            "steps_per_second": done / max(elapsed, 1e-9),
+            "input_wait_share": loop.timer.input_wait_share(elapsed),
+            "input_wait_share_raw": loop.timer.raw_input_wait_share(elapsed),
+            "input_wait_note": loop.timer.correction_note, "seconds": elapsed,
             "resumed_from": self.restored_from, "run_dir": str(self.workdir),
             "init_from": self.init_from["checkpoint"] if self.init_from else None, "frozen_variables": len(self.frozen),
             "checkpoint": self.checkpoints.latest,
         }
-
-
-def check_block_alignment(start_step: int, max_steps: int, steps_per_execution: int) -> None:
-    """Every compiled call runs ``steps_per_execution`` steps: a run resumed at a step that does not leave a whole
-    number of calls before ``training.max_steps`` would overshoot it (and miss its final checkpoint)."""
-    if (max_steps - start_step) % steps_per_execution:
-        raise ValueError(f"Resuming at step {start_step}: training.max_steps ({max_steps}) - {start_step} is not a "
-                         f"multiple of training.steps_per_execution ({steps_per_execution}), so the run would end "
-                         "past max_steps. Set max_steps to a step that is, or resume with the steps_per_execution "
-                         "the run was saved with.")
-
-
-def warmup_key(name: str) -> str:
-    """Trace-accounting name -> warm-up timing key (steps.warm_up uses the shape description)."""
-    if name.startswith(("train_", "validate_step[")) and "[" in name:
-        kind, rest = name.split("[", 1)  # "train_4_steps[...]" (steps_per_execution) warms up as a train_step
-        kind = "validate_step" if kind == "validate_step" else "train_step"
-        return f"{kind}[{rest.split(': ', 1)[-1]}"
-    return name
-
-
-def _progress_bar(total: int, initial: int, enabled: bool):
-    from tqdm import tqdm
-    return tqdm(total=total, initial=initial, disable=not enabled, unit="step", dynamic_ncols=True)
 
 
 def run(cfg: Config, workdir: str | Path, resume: bool = False, **options: Any) -> dict[str, Any]:
@@ -398,4 +397,4 @@ def run(cfg: Config, workdir: str | Path, resume: bool = False, **options: Any) 
     return Trainer(cfg, workdir, resume, **options).run()
 
 
-__all__ = ["NonFiniteLossError", "Trainer", "WorkdirError", "format_summary", "run", "shape_key"]
+__all__ = ["NonFiniteLossError", "StopReason", "Trainer", "WorkdirError", "format_summary", "run", "shape_key"]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import enum
 import logging
 import math
 import time
@@ -35,7 +34,7 @@ from myxtts.locks import lock_cache_for_reading, lock_run_directory
 from myxtts.training.checkpoint import Checkpoints
 from myxtts.training.interrupt import StopOnSignals
 from myxtts.training.monitor import MetricsLog, StepTimer, TraceAccounting
-from myxtts.training.stages import StagedRun
+from myxtts.training.stages import StagedRun, StopReason
 
 logger = logging.getLogger(__name__)
 
@@ -277,12 +276,6 @@ class VocoderTrainer(StagedRun):
         value = float(np.mean(errors))
         metrics.write({"step": step, "mel_l1": value}, split="validation")
         return value
-
-
-class StopReason(enum.Enum):
-    MAX_STEPS = "max_steps"
-    MAX_MINUTES = "max_minutes"
-    INTERRUPTED = "interrupted"
 
 
 @dataclasses.dataclass
