@@ -1,10 +1,13 @@
 """One clip of ``myxtts prepare``: validated (audio decodes, finite, duration within limits, not silent, text
-encodes), its log mel computed and written to its utterance file, or a ``Rejection`` naming why not."""
+encodes), its log mel computed and written to its utterance file, or a ``Rejection`` naming why not; and the
+verdicts of a whole corpus: known from the previous cache or the journal, or processed on threads."""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +15,8 @@ import numpy as np
 
 from myxtts.data.cache import UTTERANCE_DIR, audio_file, write_audio, write_utterance
 from myxtts.data.corpus import CorpusEntry, Rejection
+from myxtts.data.fingerprint import CorpusDiff
+from myxtts.data.journal import PrepareJournal, clip_from_file
 from myxtts.data.language import TextProcessors
 
 # Reason codes added by prepare (audio reasons come from AudioError.reason, text ones from TextError.reason)
@@ -95,3 +100,68 @@ def rejection_detail(utterance_id: str, rejection: Rejection) -> str:
 def rejected_again(entry: CorpusEntry, reason: str, file: str, detail: str) -> Rejection:
     """A verdict recorded earlier, for the clip's line in the corpus as it is now."""
     return Rejection(file, entry.line_number, reason, f"line {entry.line_number} ('{entry.id}'): {detail}")
+
+
+@dataclass
+class Verdicts:
+    """What became of each corpus entry: accepted clips and rejections, reused from the previous cache, resumed
+    from the journal of a stopped prepare, or processed now."""
+
+    clips: dict[str, Clip] = field(default_factory=dict)
+    rejections: dict[str, Rejection] = field(default_factory=dict)
+    todo: list[CorpusEntry] = field(default_factory=list)  # corpus entries this build processes
+    resumed: int = 0  # entries a stopped prepare had finished
+    seconds: float = 0.0  # processing ``todo``
+
+
+def known_verdicts(entries: list[CorpusEntry], previous: dict[str, Any], kept: dict[str, Clip], diff: CorpusDiff,
+                   finished: dict[str, dict[str, Any]], cache_dir: Path) -> Verdicts:
+    """The verdicts known without processing (an unchanged clip's from the previous cache, a finished one's from
+    the journal); every other entry goes to ``todo``."""
+    verdicts = Verdicts()
+    unchanged = set(diff.unchanged)
+    for entry in entries:
+        old = previous.get(entry.id)
+        if entry.id in unchanged and entry.id in kept:
+            verdicts.clips[entry.id] = kept[entry.id]
+        elif entry.id in unchanged and old is not None and "rejected" in old:
+            verdicts.rejections[entry.id] = rejected_again(entry, *old["rejected"])  # same verdict, new line number
+        elif entry.id in finished:
+            record = finished[entry.id]
+            verdicts.resumed += 1
+            if "rejected" in record:
+                verdicts.rejections[entry.id] = rejected_again(entry, *record["rejected"])
+            else:
+                tokens, frames = clip_from_file(cache_dir, record["file"])
+                verdicts.clips[entry.id] = Clip(tokens, frames, int(record["samples"]), record["file"])
+        else:
+            verdicts.todo.append(entry)
+    return verdicts
+
+
+def process_clips(cfg: Any, cache_dir: Path, verdicts: Verdicts, fingerprints: dict[str, str],
+                  processors: TextProcessors, journal: PrepareJournal, *, keep_journal: bool, progress: bool,
+                  workers: int) -> None:
+    """Process the ``todo`` entries on ``workers`` threads, journalling each verdict as it is final."""
+    from tqdm import tqdm
+
+    from myxtts.audio import MelFrontend
+
+    frontend = MelFrontend(cfg.audio)
+    feature_hash = cfg.feature_hash()
+    started = time.perf_counter()
+    journal.open(keep=keep_journal)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = pool.map(lambda e: process_clip(e, fingerprints[e.id], cfg, processors, frontend, cache_dir,
+                                                   feature_hash), verdicts.todo)
+        for entry, result in tqdm(zip(verdicts.todo, results), total=len(verdicts.todo), desc="prepare",
+                                  unit="clip", disable=not progress, leave=False):
+            if isinstance(result, Rejection):
+                verdicts.rejections[entry.id] = result
+                journal.rejected(entry.id, fingerprints[entry.id], result.reason, result.file,
+                                 rejection_detail(entry.id, result))
+            else:
+                verdicts.clips[entry.id] = result
+                journal.accepted(entry.id, fingerprints[entry.id], result.file, result.samples)
+    journal.close(delete=False)
+    verdicts.seconds = time.perf_counter() - started

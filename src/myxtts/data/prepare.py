@@ -50,11 +50,11 @@ from myxtts.data.buckets import PLAN_FILE, BucketParams, BucketPlan, log_misfits
 from myxtts.data.cache import (FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, REJECTED_FILE, UTTERANCE_DIR, VOCAB_FILE,
                                CacheError, FeatureCache, audio_file, check_manifest, feature_params, load_index,
                                read_utterance, save_index)
-from myxtts.data.clips import Clip, process_clip, rejected_again, rejection_detail
+from myxtts.data.clips import Clip, Verdicts, known_verdicts, process_clips, rejection_detail
 from myxtts.data.corpus import Rejection, read_corpus
 from myxtts.data.fingerprint import CorpusDiff, clip_fingerprint, corpus_fingerprint, diff_corpus
 from myxtts.data.language import TextProcessors
-from myxtts.data.journal import JOURNAL_FILE, PrepareJournal, clip_from_file
+from myxtts.data.journal import JOURNAL_FILE, PrepareJournal
 from myxtts.data.mel_stats import MelStats, MelStatsAccumulator
 from myxtts.locks import exclude_cache_readers, lock_cache_for_writing
 
@@ -160,125 +160,135 @@ def _previous_clips(cache_dir: Path, manifest: dict[str, Any] | None) -> tuple[d
     return table, kept
 
 
+@dataclass
+class _Accepted:
+    """The accepted utterances in corpus order, their speaker / language ids and the train / validation split."""
+
+    entries: list[Any]
+    speakers: dict[str, int]  # name -> id, in order of first accepted utterance
+    languages: dict[str, int]
+    single_ids: list[str]  # the only clip of their speaker: cached, not trained on
+    validation: set[str]
+
+    @property
+    def ids(self) -> list[str]:
+        return [entry.id for entry in self.entries]
+
+    @property
+    def train_ids(self) -> list[str]:
+        return [i for i in self.ids if i not in self.validation]
+
+    @property
+    def validation_ids(self) -> list[str]:
+        return [i for i in self.ids if i in self.validation]
+
+
 def _build(cfg: Any, cache_dir: Path, corpus: Any, fingerprints: dict[str, str], previous: dict[str, Any],
            kept: dict[str, Clip], diff: CorpusDiff, progress: bool, workers: int,
            previous_stats: dict[str, Any] | None = None) -> dict[str, Any]:
-    from tqdm import tqdm
-
-    from myxtts.audio import MelFrontend
-
-    d = cfg.data
+    """Every clip's verdict, then rejected.csv, the vocabulary, the index, the train split's mel statistics, the
+    bucket plan and, last, the manifest (it makes the cache valid); then the files it no longer names go."""
     feature_hash = cfg.feature_hash()
     cache_dir.mkdir(parents=True, exist_ok=True)
     processors = TextProcessors(cfg)
-    frontend = MelFrontend(cfg.audio)
-    clips: dict[str, Clip] = {}
-    clip_rejections: dict[str, Rejection] = {}
     journal = PrepareJournal(cache_dir, feature_hash)
     finished = journal.reusable(cache_dir, fingerprints)  # clips a stopped prepare completed: not redone
-    todo, resumed = [], 0
-    for entry in corpus.entries:
-        old = previous.get(entry.id)
-        if entry.id in diff.unchanged and entry.id in kept:
-            clips[entry.id] = kept[entry.id]
-        elif entry.id in diff.unchanged and old is not None and "rejected" in old:
-            clip_rejections[entry.id] = rejected_again(entry, *old["rejected"])  # same verdict, new line number
-        elif entry.id in finished:
-            record, resumed = finished[entry.id], resumed + 1
-            if "rejected" in record:
-                clip_rejections[entry.id] = rejected_again(entry, *record["rejected"])
-            else:
-                tokens, frames = clip_from_file(cache_dir, record["file"])
-                clips[entry.id] = Clip(tokens, frames, int(record["samples"]), record["file"])
-        else:
-            todo.append(entry)
-    started = time.perf_counter()
-    journal.open(keep=bool(finished))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = pool.map(lambda e: process_clip(e, fingerprints[e.id], cfg, processors, frontend, cache_dir,
-                                                   feature_hash), todo)
-        for entry, result in tqdm(zip(todo, results), total=len(todo), desc="prepare", unit="clip",
-                                  disable=not progress, leave=False):
-            if isinstance(result, Rejection):
-                clip_rejections[entry.id] = result
-                journal.rejected(entry.id, fingerprints[entry.id], result.reason, result.file,
-                                 rejection_detail(entry.id, result))
-            else:
-                clips[entry.id] = result
-                journal.accepted(entry.id, fingerprints[entry.id], result.file, result.samples)
-    journal.close(delete=False)
-    process_seconds = time.perf_counter() - started
-    accepted = [e for e in corpus.entries if e.id in clips]  # corpus order
-    rejections = list(corpus.rejections) + [clip_rejections[e.id] for e in corpus.entries if e.id in clip_rejections]
-    speakers: dict[str, int] = {}  # name -> id, in order of first accepted utterance
+    verdicts = known_verdicts(corpus.entries, previous, kept, diff, finished, cache_dir)
+    process_clips(cfg, cache_dir, verdicts, fingerprints, processors, journal, keep_journal=bool(finished),
+                  progress=progress, workers=workers)
+    clips = verdicts.clips
+    rejections = list(corpus.rejections) + [verdicts.rejections[e.id] for e in corpus.entries
+                                            if e.id in verdicts.rejections]
+    accepted = _accepted(cfg, cache_dir, corpus.entries, clips, len(rejections))
+    _write_rejections(cache_dir, rejections)
+    processors.vocabulary.save(cache_dir / VOCAB_FILE)
+    index = _index(accepted, clips)
+    index_bytes = save_index(cache_dir, index)
+    mel_stats = train_mel_stats(cache_dir, [clips[i].file for i in accepted.train_ids], cfg.audio.n_mels, workers,
+                                previous_stats)
+    manifest = _manifest(cfg, corpus, fingerprints, diff, verdicts, accepted, rejections, workers=workers,
+                         vocab_size=len(processors.vocabulary), mel_stats=mel_stats, index_bytes=index_bytes)
+    _write_bucket_plan(cfg, cache_dir, index["token_lengths"], index["mel_lengths"], accepted.ids)
+    _atomic_write(cache_dir / MANIFEST_FILE, json.dumps(manifest, indent=0))  # last: makes the cache valid
+    journal.close(delete=True)  # the manifest now holds everything it recorded
+    _remove_unreferenced(cache_dir, {file for i in accepted.ids for file in (clips[i].file, audio_file(clips[i].file))})
+    return manifest
+
+
+def _accepted(cfg: Any, cache_dir: Path, entries: list[Any], clips: dict[str, Clip], rejected: int) -> _Accepted:
+    """The accepted entries, their ids and split; an error when too few are left to train on."""
+    accepted = [e for e in entries if e.id in clips]  # corpus order
+    speakers: dict[str, int] = {}
     languages: dict[str, int] = {}
     for entry in accepted:
         speakers.setdefault(entry.speaker, len(speakers))
         languages.setdefault(entry.language, len(languages))
     clips_per_speaker = Counter(e.speaker for e in accepted)
     single_ids = [e.id for e in accepted if clips_per_speaker[e.speaker] == 1]
-    if len(accepted) - len(single_ids) <= d.validation_size:
+    if len(accepted) - len(single_ids) <= cfg.data.validation_size:
         raise CacheError(f"Only {len(accepted)} utterance(s) were accepted from {cfg.corpus_path} "
-                         f"({len(rejections)} rejected, see {cache_dir / REJECTED_FILE}); data.validation_size = "
-                         f"{d.validation_size} would leave none for training (clips of single-clip speakers are not "
-                         "trained on).")
-    _write_rejections(cache_dir, rejections)
-    processors.vocabulary.save(cache_dir / VOCAB_FILE)
-    ids = [e.id for e in accepted]
-    single_set = set(single_ids)
+                         f"({rejected} rejected, see {cache_dir / REJECTED_FILE}); data.validation_size = "
+                         f"{cfg.data.validation_size} would leave none for training (clips of single-clip speakers "
+                         "are not trained on).")
+    single = set(single_ids)
     # validation only among clips that have a reference (single-clip policy: see data/pipeline.py)
-    validation = set(validation_ids([i for i in ids if i not in single_set], d.validation_size))
+    validation = set(validation_ids([e.id for e in accepted if e.id not in single], cfg.data.validation_size))
+    return _Accepted(accepted, speakers, languages, single_ids, validation)
+
+
+def _index(accepted: _Accepted, clips: dict[str, Clip]) -> dict[str, np.ndarray]:
+    """The index's columns, one row per accepted utterance (``tokens``: every utterance's, concatenated)."""
+    ids = accepted.ids
     token_lists = [clips[i].tokens for i in ids]
-    index = {
+    return {
         "ids": np.array(ids, dtype=str), "files": np.array([clips[i].file for i in ids], dtype=str),
         "tokens": np.concatenate([np.asarray(t, np.int32) for t in token_lists]),
         "token_lengths": np.array([len(t) for t in token_lists], np.int32),
         "mel_lengths": np.array([clips[i].frames for i in ids], np.int32),
-        "speaker_ids": np.array([speakers[e.speaker] for e in accepted], np.int32),
-        "language_ids": np.array([languages[e.language] for e in accepted], np.int32),
+        "speaker_ids": np.array([accepted.speakers[e.speaker] for e in accepted.entries], np.int32),
+        "language_ids": np.array([accepted.languages[e.language] for e in accepted.entries], np.int32),
     }
-    index_bytes = save_index(cache_dir, index)
+
+
+def _manifest(cfg: Any, corpus: Any, fingerprints: dict[str, str], diff: CorpusDiff, verdicts: Verdicts,
+              accepted: _Accepted, rejections: list[Rejection], *, workers: int, vocab_size: int,
+              mel_stats: dict[str, Any], index_bytes: int) -> dict[str, Any]:
+    """The manifest: what the cache holds and how it was built; its ``clips`` table is what the next run diffs."""
+    ids, clips, todo, seconds = accepted.ids, verdicts.clips, verdicts.todo, verdicts.seconds
     table: dict[str, Any] = {i: {"fingerprint": fingerprints[i], "file": clips[i].file, "samples": clips[i].samples}
                              for i in ids}
-    for utterance_id, rejection in clip_rejections.items():
+    for utterance_id, rejection in verdicts.rejections.items():
         table[utterance_id] = {"fingerprint": fingerprints[utterance_id],
                                "rejected": [rejection.reason, rejection.file,
                                             rejection_detail(utterance_id, rejection)]}
-    counts = Counter(r.reason for r in rejections)
-    train_ids = [i for i in ids if i not in validation]
-    mel_stats = train_mel_stats(cache_dir, [clips[i].file for i in train_ids], cfg.audio.n_mels, workers,
-                                previous_stats)
-    manifest = {
+    single_ids = accepted.single_ids
+    return {
         "format_version": FORMAT_VERSION,
-        "feature_hash": feature_hash,
+        "feature_hash": cfg.feature_hash(),
         "feature_params": feature_params(cfg),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "versions": _versions(),
         "corpus": str(cfg.corpus_path),
         "corpus_fingerprint": corpus_fingerprint(corpus.entries, fingerprints, corpus.rejections),
-        "counts": {"accepted": len(accepted), "rejected": len(rejections), "rejected_by_reason": dict(counts),
+        "counts": {"accepted": len(ids), "rejected": len(rejections),
+                   "rejected_by_reason": dict(Counter(r.reason for r in rejections)),
                    "single_clip": {"speakers": len(single_ids), "clips": len(single_ids)}},
         "update": {"processed": len(todo), "added": len(diff.added), "changed": len(diff.changed),
-                   "removed": len(diff.removed), "reused": len(corpus.entries) - len(todo), "resumed": resumed,
-                   "seconds": round(process_seconds, 3), "workers": workers,
-                   "clips_per_second": round(len(todo) / process_seconds, 1) if todo and process_seconds > 0 else None},
+                   "removed": len(diff.removed), "reused": len(corpus.entries) - len(todo), "resumed": verdicts.resumed,
+                   "seconds": round(seconds, 3), "workers": workers,
+                   "clips_per_second": round(len(todo) / seconds, 1) if todo and seconds > 0 else None},
         "single_clip_ids": single_ids,
         "hours": sum(clips[i].samples for i in ids) / cfg.audio.sample_rate / 3600.0,
-        "speakers": list(speakers),
-        "languages": list(languages),
+        "speakers": list(accepted.speakers),
+        "languages": list(accepted.languages),
         "n_mels": cfg.audio.n_mels,
         "mel_dtype": "float16",
-        "vocab_size": len(processors.vocabulary),
-        "splits": {"train": train_ids, "validation": [i for i in ids if i in validation]},
+        "vocab_size": vocab_size,
+        "splits": {"train": accepted.train_ids, "validation": accepted.validation_ids},
         "mel_stats": mel_stats,
         "index": {"file": INDEX_FILE, "bytes": index_bytes},
         "clips": table,
     }
-    _write_bucket_plan(cfg, cache_dir, index["token_lengths"], index["mel_lengths"], ids)
-    _atomic_write(cache_dir / MANIFEST_FILE, json.dumps(manifest, indent=0))  # last: makes the cache valid
-    journal.close(delete=True)  # the manifest now holds everything it recorded
-    _remove_unreferenced(cache_dir, {file for i in ids for file in (clips[i].file, audio_file(clips[i].file))})
-    return manifest
 
 
 def train_mel_stats(cache_dir: Path, files: list[str], n_mels: int, workers: int = 1,
