@@ -18,7 +18,8 @@ def write(tmp_path: Path, data: dict | str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name", ["mini", "ljspeech", "fixed_padding", "vocoder", "vocoder-ljspeech-mini"])
+@pytest.mark.parametrize("name", ["mini", "ljspeech", "fixed_padding", "vocoder", "vocoder-ljspeech-mini",
+                                  "vocoder-finetune", "vocoder-ljspeech-mini-stage2"])
 def test_shipped_configs_load(name: str) -> None:
     cfg = load_config(REPO / "configs" / f"{name}.yaml")
     assert isinstance(cfg, Config)

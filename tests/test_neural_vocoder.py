@@ -21,6 +21,8 @@ SMALL_VOCODER = {"dim": 48, "intermediate_dim": 144, "layers": 2, "segment_sampl
                  "discriminator_periods": [3], "discriminator_channels": 4, "resolution_ffts": [512],
                  "resolution_channels": 4, "adversarial_start_step": 150}
 
+SMALL_ISTFTNET = {"upsample_channels": 32, "resblock_kernels": (3,), "resblock_dilations": (1, 2)}
+
 
 @pytest.fixture(scope="module")
 def vocoder_cfg(prepared_cache, tmp_path_factory):
@@ -46,7 +48,7 @@ def trained_vocoder(vocoder_cfg, tmp_path_factory):
 def test_inverse_stft_head_reconstructs_a_real_clip():
     """The head's inverse STFT (window-envelope normalised, centre trimmed) is exact on a real clip's STFT, edges
     included: a generator that predicts the right spectrum gives the clip back."""
-    from myxtts.vocoder.generators import InverseStft
+    from myxtts.vocoder.istft import InverseStft
 
     audio_cfg = AudioConfig()
     frontend = MelFrontend(audio_cfg)
@@ -60,11 +62,21 @@ def test_inverse_stft_head_reconstructs_a_real_clip():
     np.testing.assert_allclose(rebuilt, wave[:rebuilt.shape[0]], atol=2e-5)
 
 
-def test_output_length_for_any_mel_length_and_one_trace(vocoder_cfg):
+def _istftnet(cfg):
+    """``cfg`` with a small iSTFTNet generator instead of the Vocos one."""
+    keys = {"family": "istftnet", "dim": None, "intermediate_dim": None, "layers": None,
+            **SMALL_ISTFTNET}
+    return cfg.replace(vocoder=dataclasses.replace(cfg.vocoder, **keys))
+
+
+@pytest.mark.parametrize("family", ["vocos", "istftnet"])
+def test_output_length_for_any_mel_length_and_one_trace(vocoder_cfg, family):
     from myxtts.vocoder.generators import build_generator
     from myxtts.vocoder.neural import NeuralVocoder
 
-    vocoder = NeuralVocoder(build_generator(vocoder_cfg), vocoder_cfg.audio)
+    cfg = vocoder_cfg if family == "vocos" else _istftnet(vocoder_cfg)
+    vocoder = NeuralVocoder(build_generator(cfg), cfg.audio)
+    assert vocoder.generator.family == family
     hop = vocoder_cfg.audio.hop_length
     for frames in (2, 37, 64, 129, 300):  # unequal lengths, several of the acoustic model's buckets
         wave = vocoder(np.full([frames, 80], -5.0, np.float32)).numpy()
@@ -137,7 +149,6 @@ def test_clips_shorter_than_a_segment_are_skipped_and_counted(vocoder_cfg):
 def test_gan_training_learns_on_the_bundled_clips_and_never_retraces(vocoder_cfg, trained_vocoder):
     from myxtts.vocoder.generators import build_generator
     from myxtts.vocoder.neural import NeuralVocoder, load_vocoder
-    from myxtts.data.vocoder_segments import validation_clips
 
     workdir, summary = trained_vocoder
     assert summary["steps"] == 240 and summary["retraces_after_warmup"] == 0
@@ -151,15 +162,36 @@ def test_gan_training_learns_on_the_bundled_clips_and_never_retraces(vocoder_cfg
     for one, other in zip(first.generator.variables, second.generator.variables):
         np.testing.assert_array_equal(np.asarray(one), np.asarray(other), err_msg=one.path)
     # held-out clips (the cache's validation split, never trained on): resynthesis beats the untrained generator
-    frontend = MelFrontend(vocoder_cfg.audio)
-    clips = validation_clips(vocoder_cfg)
-    trained = first
     untrained = NeuralVocoder(build_generator(vocoder_cfg), vocoder_cfg.audio)
+    assert _held_out_mel_error(vocoder_cfg, first) < 0.75 * _held_out_mel_error(vocoder_cfg, untrained)
 
-    def mel_error(vocoder) -> float:
-        return float(np.mean([np.mean(np.abs(frontend(vocoder(clip["mel"])).numpy() - clip["mel"])) for clip in clips]))
 
-    assert mel_error(trained) < 0.75 * mel_error(untrained)
+def _held_out_mel_error(cfg, vocoder) -> float:
+    """Mean |mel(vocoder(mel)) - mel| over the cache's validation clips (never trained on)."""
+    from myxtts.data.vocoder_segments import validation_clips
+
+    frontend = MelFrontend(cfg.audio)
+    return float(np.mean([np.mean(np.abs(frontend(vocoder(clip["mel"])).numpy() - clip["mel"]))
+                          for clip in validation_clips(cfg)]))
+
+
+def test_istftnet_family_trains_loads_and_learns(vocoder_cfg, tmp_path):
+    """The second family through the same trainer: both steps traced once, never again; the run loads as an
+    iSTFTNet; resynthesis of held-out clips beats the untrained generator."""
+    from myxtts.training.vocoder_trainer import train_vocoder
+    from myxtts.vocoder.generators import build_generator
+    from myxtts.vocoder.neural import NeuralVocoder, load_vocoder
+
+    cfg = _istftnet(vocoder_cfg)
+    cfg = cfg.replace(training=dataclasses.replace(cfg.training, max_steps=180, validate_every=1000,
+                                                   checkpoint_every=180, summary_every=0),
+                      vocoder=dataclasses.replace(cfg.vocoder, adversarial_start_step=150))
+    summary = train_vocoder(cfg, tmp_path / "run", progress=False, echo=lambda line: None)
+    assert summary["steps"] == 180 and summary["retraces_after_warmup"] == 0
+    trained = load_vocoder(tmp_path / "run", cfg.audio)
+    assert trained.generator.family == "istftnet"
+    untrained = NeuralVocoder(build_generator(cfg), cfg.audio)
+    assert _held_out_mel_error(cfg, trained) < 0.75 * _held_out_mel_error(cfg, untrained)
 
 
 def test_resume_continues_from_the_checkpoint(vocoder_cfg, trained_vocoder, tmp_path):

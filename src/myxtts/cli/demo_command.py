@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from myxtts.cli.common import clean_errors, config_option, load, override_option
+from myxtts.cli.common import clean_errors, config_option, load, override_option, vocoder_option
 
 DEMO_TEXT = "Printing, in the only sense with which we are at present concerned, is a modern art."
 TRAINING_SENTENCES = 5  # training-set sentences synthesized and listened to (their recordings are the ceiling)
@@ -45,16 +45,19 @@ def _batching_report(cfg) -> dict:
               help="Train again (from training.init_from if set, else from scratch) even if the workdir has a checkpoint.")
 @click.option("--listen-sentences", type=click.IntRange(min=0), default=TRAINING_SENTENCES, show_default=True,
               help="Training sentences synthesized and listened to next to their recordings (0: only --text).")
+@vocoder_option()
 @clean_errors(ValueError, OSError)
 def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, steps: int | None, text: str,
-                 fresh: bool, listen_sentences: int) -> None:
+                 fresh: bool, listen_sentences: int, vocoder_path: str) -> None:
     """Prepare the corpus, train briefly, synthesize a wav and print the diagnostics summary."""
     from myxtts.data.prepare import prepare
+    from myxtts.vocoder.neural import load_vocoder
 
     if steps is not None:
         overrides = (*overrides, f"training.max_steps={steps}")
     cfg = load(config_path, overrides)
     run_dir = Path(workdir).resolve()
+    vocoder = load_vocoder(vocoder_path, cfg.audio, f"the config {config_path}")  # refused now, not after training
 
     _stage("1/5 prepare the corpus")
     result = prepare(cfg, progress=True, echo=click.echo)
@@ -76,9 +79,8 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     _stage("4/5 synthesize")
     from myxtts.synthesis import Synthesizer
     from myxtts.vocoder import write_wav
-
     # a short demo run's duration predictor may ask for more frames than the largest bucket: cut, not an error
-    synthesizer = Synthesizer.from_run(run_dir, truncate_long=True)
+    synthesizer = Synthesizer.from_run(run_dir, truncate_long=True, vocoder=vocoder)
     sentences = _sentences(cfg, "train", listen_sentences + 1)
     # the reference voice: a training clip that is not one of the sentences listened to
     reference = sentences.pop()[1] if sentences else None
@@ -89,6 +91,7 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     write_wav(wav_path, waveform, cfg.audio.sample_rate)
     click.echo(f"text: {text!r}")
     click.echo(f"reference: {reference}")
+    click.echo(f"vocoder: {vocoder_path}")
     click.echo(f"wrote {wav_path} ({len(waveform) / cfg.audio.sample_rate:.2f} s)")
     held_out = _sentences(cfg, "validation", 1)  # never trained on
     check = _listen(cfg, synthesizer, text, sentences + held_out, reference, run_dir)
@@ -114,6 +117,7 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
         "CER of a held-out sentence: not measured (no validation clip, or no recognizer)",
         _similarity_line(cfg, synthesizer, [path for _, path in sentences] + [reference]),
         f"alignment plot:             {check.sentences[0].plot}",
+        f"vocoder:                    {vocoder_path}",
         f"wav:                        {wav_path}",
         f"TensorBoard:                tensorboard --logdir {run_dir / 'tensorboard'}",
     ]

@@ -155,12 +155,17 @@ class VocoderConfig:
     max_nonfinite_steps, deterministic) apply to both trainers; the keys below are the vocoder's own.
     """
 
-    family: Literal["vocos"] = "vocos"  # vocos: ConvNeXt blocks at frame rate + an inverse-STFT head
-    preset: Literal["cpu", "gpu"] = "cpu"  # sizes below; None keys take the preset's value
-    dim: int | None = None  # channels of the frame-rate backbone
-    intermediate_dim: int | None = None  # ConvNeXt block's inner width
-    layers: int | None = None  # ConvNeXt blocks
-    kernel_size: int = 7  # depthwise convolution over frames
+    # vocos: ConvNeXt blocks at frame rate + an inverse-STFT head; istftnet: HiFi-GAN's upsampling + a small iSTFT
+    family: Literal["vocos", "istftnet"] = "vocos"
+    preset: Literal["cpu", "gpu"] = "cpu"  # the family's sizes; None keys take the preset's value
+    dim: int | None = None  # vocos: channels of the frame-rate backbone
+    intermediate_dim: int | None = None  # vocos: ConvNeXt block's inner width
+    layers: int | None = None  # vocos: ConvNeXt blocks
+    kernel_size: int = 7  # vocos: depthwise convolution over frames
+    upsample_rates: tuple[int, ...] = (8, 8)  # istftnet: transposed-convolution rates (their product divides the hop)
+    upsample_channels: int | None = None  # istftnet: width before the first upsampling (halved by each)
+    resblock_kernels: tuple[int, ...] | None = None  # istftnet: one residual block per kernel size, averaged
+    resblock_dilations: tuple[int, ...] | None = None  # istftnet: dilations of each residual block's convolutions
     # audio per training example, a multiple of audio.hop_length: one static shape. None: 32 hops (8192 at hop 256)
     segment_samples: int | None = None
     batch_size: int = 16  # segments per step

@@ -130,6 +130,7 @@ def _check_vocoder_keys(cfg: Config) -> Config:
                          f"'audio.hop_length' ({hop}) and at least 4 hops: a segment is whole mel frames.")
     if v.kernel_size % 2 == 0:
         raise ValueError(f"Config key 'vocoder.kernel_size' must be odd, got {v.kernel_size}.")
+    _check_vocoder_family_keys(cfg)
     if v.adversarial_start_step < 0:
         raise ValueError(f"Config key 'vocoder.adversarial_start_step' must be >= 0, got {v.adversarial_start_step}.")
     if not v.discriminator_periods or any(p < 2 for p in v.discriminator_periods) or \
@@ -147,6 +148,42 @@ def _check_vocoder_keys(cfg: Config) -> Config:
         raise ValueError("Config keys 'vocoder.mel_loss_weight' and 'vocoder.stft_loss_weight' are both 0: the "
                          "generator would have no reconstruction loss.")
     return cfg
+
+
+# keys that only one vocoder family reads: set to anything but the default for the other family, they are rejected
+VOCOS_ONLY_KEYS = ("dim", "intermediate_dim", "layers", "kernel_size")
+ISTFTNET_ONLY_KEYS = ("upsample_rates", "upsample_channels", "resblock_kernels", "resblock_dilations")
+
+
+def _check_vocoder_family_keys(cfg: Config) -> None:
+    from myxtts.config.sections import VocoderConfig
+
+    v, defaults = cfg.vocoder, VocoderConfig()
+    other = ISTFTNET_ONLY_KEYS if v.family == "vocos" else VOCOS_ONLY_KEYS
+    for key in other:
+        if getattr(v, key) != getattr(defaults, key):
+            raise ValueError(f"Config key 'vocoder.{key}' is read only by another vocoder family; vocoder.family is "
+                             f"'{v.family}'. Remove the key, or set vocoder.family to the family that reads it.")
+    if v.family != "istftnet":
+        return
+    _positive(cfg, "vocoder.upsample_channels")
+    for key in ("upsample_rates", "resblock_kernels", "resblock_dilations"):
+        values = getattr(v, key)
+        if values is not None and (not values or any(value < 1 for value in values)):
+            raise ValueError(f"Config key 'vocoder.{key}' must be a non-empty list of integers >= 1, got "
+                             f"{list(values)}.")
+    upsampling = 1
+    for rate in v.upsample_rates:
+        upsampling *= rate
+    if cfg.audio.hop_length % upsampling or cfg.audio.hop_length // upsampling < 2:
+        raise ValueError(f"Config key 'vocoder.upsample_rates' {list(v.upsample_rates)} (x{upsampling}) must divide "
+                         f"'audio.hop_length' ({cfg.audio.hop_length}) leaving a hop of at least 2 samples for the "
+                         "inverse STFT.")
+    if v.upsample_channels is not None and v.upsample_channels % 2 ** len(v.upsample_rates):
+        raise ValueError(f"Config key 'vocoder.upsample_channels' ({v.upsample_channels}) must be divisible by "
+                         f"{2 ** len(v.upsample_rates)}: each upsampling halves it.")
+    if v.resblock_kernels is not None and any(kernel % 2 == 0 for kernel in v.resblock_kernels):
+        raise ValueError(f"Config key 'vocoder.resblock_kernels' must be odd sizes, got {list(v.resblock_kernels)}.")
 
 
 # keys that only one decoder reads: set to anything but the default for the other decoder, they are rejected

@@ -9,6 +9,9 @@ sample ``k * hop``, so ``MelFrontend`` of the output gives back the input's fram
 
 The generator normalises its input with per-bin statistics it stores as (non-trainable) weights, so it reads the
 plain log mel of ``MelFrontend`` whatever normalisation the acoustic model used.
+
+The other family, ``istftnet`` (``vocoder/istftnet.py``), upsamples to a fraction of the hop before its inverse
+STFT; ``build_generator`` builds the one ``vocoder.family`` names.
 """
 
 from __future__ import annotations
@@ -20,10 +23,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-# the largest linear magnitude the head may predict (exp of its log output): bounds the waveform of an untrained or
-# diverging generator; speech at full scale stays well below it with the front-end's unnormalised STFT
-MAX_LOG_MAGNITUDE = float(np.log(1e2))
-
+from myxtts.vocoder.istft import MAX_LOG_MAGNITUDE, InverseStft
 
 @dataclasses.dataclass(frozen=True)
 class VocosSize:
@@ -43,32 +43,6 @@ def vocos_size(vocoder_cfg: Any) -> VocosSize:
     return VocosSize(dim=vocoder_cfg.dim or preset.dim,
                      intermediate_dim=vocoder_cfg.intermediate_dim or preset.intermediate_dim,
                      layers=vocoder_cfg.layers or preset.layers)
-
-
-class InverseStft(keras.layers.Layer):
-    """Real / imaginary STFT ``[batch, frames, n_fft // 2 + 1]`` -> waveform ``[batch, (frames - 1) * hop]``.
-
-    Inverse FFT per frame, synthesis window, overlap-add, then division by the overlap-added squared window (exact
-    at every sample, the edges included, unlike ``tf.signal.inverse_stft``'s constant-overlap assumption), and the
-    front-end's centre padding (``n_fft // 2`` each side) trimmed.
-    """
-
-    def __init__(self, n_fft: int, hop_length: int, window: np.ndarray, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.n_fft, self.hop_length = int(n_fft), int(hop_length)
-        self.window = tf.constant(np.asarray(window, np.float32))  # [n_fft]
-
-    def call(self, real: tf.Tensor, imaginary: tf.Tensor) -> tf.Tensor:
-        frames = tf.signal.irfft(tf.complex(real, imaginary), fft_length=[self.n_fft])  # [batch, frames, n_fft]
-        wave = tf.signal.overlap_and_add(frames * self.window, self.hop_length)  # [batch, (frames-1)*hop + n_fft]
-        count = tf.shape(real)[1]
-        squared = tf.broadcast_to(tf.square(self.window), [count, self.n_fft])  # [frames, n_fft]
-        envelope = tf.signal.overlap_and_add(squared, self.hop_length)  # [(frames - 1) * hop + n_fft]
-        trim = self.n_fft // 2
-        length = (count - 1) * self.hop_length
-        wave = wave[:, trim:trim + length]
-        envelope = envelope[trim:trim + length]
-        return wave / tf.maximum(envelope, 1e-6)  # [batch, (frames - 1) * hop]
 
 
 class ConvNeXtBlock(keras.layers.Layer):
@@ -124,15 +98,30 @@ class VocosGenerator(keras.Model):
         return self.istft(magnitude * tf.cos(phase), magnitude * tf.sin(phase))  # [batch, (frames - 1) * hop]
 
 
+def generator_sizes(vocoder_cfg: Any) -> dict[str, Any]:
+    """The family's resolved sizes as plain values: what ``vocoder.json`` records and a warm start compares."""
+    if vocoder_cfg.family == "istftnet":
+        from myxtts.vocoder.istftnet import istftnet_size
+
+        return {key: list(value) if isinstance(value, tuple) else value
+                for key, value in dataclasses.asdict(istftnet_size(vocoder_cfg)).items()}
+    return {**dataclasses.asdict(vocos_size(vocoder_cfg)), "kernel_size": vocoder_cfg.kernel_size}
+
+
 def build_generator(cfg: Any) -> keras.Model:
     """The generator ``cfg.vocoder`` describes, for ``cfg.audio``'s front-end, built (its weights exist)."""
     from myxtts.audio import MelFrontend
     from myxtts.model.layers import track_listed_layers
 
     a, v = cfg.audio, cfg.vocoder
-    window = MelFrontend(a).window.numpy()  # the analysis window: the inverse uses the same
-    generator = VocosGenerator(a.n_mels, a.n_fft, a.hop_length, window, vocos_size(v), v.kernel_size,
-                               name="vocos_generator")
+    if v.family == "istftnet":
+        from myxtts.vocoder.istftnet import ISTFTNetGenerator, istftnet_size
+
+        generator = ISTFTNetGenerator(a.n_mels, a.hop_length, istftnet_size(v), name="istftnet_generator")
+    else:
+        window = MelFrontend(a).window.numpy()  # the analysis window: the inverse uses the same
+        generator = VocosGenerator(a.n_mels, a.n_fft, a.hop_length, window, vocos_size(v), v.kernel_size,
+                                   name="vocos_generator")
     generator(tf.zeros([1, 4, a.n_mels]))  # creates the weights
-    track_listed_layers(generator)  # the blocks list: checkpoint children too
+    track_listed_layers(generator)  # layers held in lists (blocks, stages): checkpoint children too
     return generator

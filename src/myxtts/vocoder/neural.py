@@ -11,6 +11,7 @@ settings with the acoustic model's and refuses a mismatch (``VocoderMismatchErro
 from __future__ import annotations
 
 import json
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +43,9 @@ def audio_settings(audio_cfg: Any) -> dict[str, Any]:
 def write_vocoder_json(directory: Path, cfg: Any, generator: Any, trained_on: str = "", **origin: Any) -> Path:
     """``vocoder.json``: family, sizes, the audio settings it reads, parameters, and where it came from (``origin``:
     e.g. the warm start's checkpoint, the acoustic run whose mels it trained on)."""
-    from myxtts.vocoder.generators import vocos_size
+    from myxtts.vocoder.generators import generator_sizes
 
-    size = vocos_size(cfg.vocoder)
-    record = {"family": generator.family, "dim": size.dim, "intermediate_dim": size.intermediate_dim,
-              "layers": size.layers, "kernel_size": cfg.vocoder.kernel_size, "audio": audio_settings(cfg.audio),
+    record = {"family": generator.family, **generator_sizes(cfg.vocoder), "audio": audio_settings(cfg.audio),
               "parameters": int(generator.count_params()), "trained_on": trained_on,
               **{key: value for key, value in origin.items() if value is not None}}
     path = Path(directory) / VOCODER_FILE
@@ -113,9 +112,12 @@ def read_vocoder_dir(path: str | Path) -> tuple[Any, dict[str, Any]]:
         record = json.loads(record_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise VocoderError(f"{record_path} is unreadable: {err}.") from None
-    if record.get("family") != "vocos":
+    from myxtts.config import VocoderConfig
+
+    families = typing.get_args(typing.get_type_hints(VocoderConfig)["family"])
+    if record.get("family") not in families:
         raise VocoderError(f"{record_path}: vocoder family {record.get('family')!r} is not one this myxtts knows "
-                           "(vocos).")
+                           f"({', '.join(families)}).")
     return load_config(config_path), record
 
 
@@ -142,14 +144,15 @@ def restore_generator(path: str | Path, cfg: Any, generator: Any, discriminators
     vocoder). Its sizes and audio settings must be ``cfg``'s. Returns what was restored, for the run's record."""
     source_cfg, record = read_vocoder_dir(path)
     check_audio_match(path, record["audio"], "this config's cache", cfg.audio)
-    from myxtts.vocoder.generators import vocos_size
+    from myxtts.vocoder.generators import generator_sizes
 
-    ours = vocos_size(cfg.vocoder)
-    theirs = (record.get("dim"), record.get("intermediate_dim"), record.get("layers"), record.get("kernel_size"))
-    if theirs != (ours.dim, ours.intermediate_dim, ours.layers, cfg.vocoder.kernel_size):
-        raise VocoderError(f"Vocoder {path} has sizes dim/intermediate_dim/layers/kernel_size {theirs}; this config "
-                           f"builds {(ours.dim, ours.intermediate_dim, ours.layers, cfg.vocoder.kernel_size)}: set "
-                           "the vocoder section's sizes (or preset) to the source's.")
+    ours = {"family": cfg.vocoder.family, **generator_sizes(cfg.vocoder)}
+    theirs = {key: record.get(key) for key in ours}
+    if theirs != ours:
+        differing = ", ".join(f"{key} {theirs[key]} (this config: {ours[key]})" for key in ours
+                              if theirs[key] != ours[key])
+        raise VocoderError(f"Vocoder {path} is another generator: {differing}. Set the vocoder section's family and "
+                           "sizes (or preset) to the source's.")
     checkpoint = newest_checkpoint(Path(path))
     has_discriminators = discriminators is not None and "discriminators" in _checkpoint_children(checkpoint) and \
         tuple(source_cfg.vocoder.discriminator_periods) == tuple(cfg.vocoder.discriminator_periods) and \
