@@ -35,6 +35,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import myxtts  # noqa: E402,F401  (first: the process settings TensorFlow reads at import)
@@ -166,7 +167,7 @@ def describe(point: dict) -> str:
     return text + (f", speaker match {match['share']:.2f} (relative {match['relative_share']:.2f})" if match else "")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", choices=CORPORA, default="bundled")
     parser.add_argument("--data", default=None, help="corpus folder (ljspeech) or espeak output folder")
@@ -209,25 +210,21 @@ def main() -> None:
                         help="train on the first N clips of the LJSpeech corpus only (held-out: from the others)")
     args = parser.parse_args()
     args.held_out = HELD_OUT_DEFAULT[args.corpus] if args.held_out is None else args.held_out
-    minutes = evaluation_minutes(args)
+    return args
 
-    from learning_eval import FOCUS_NOTE, SpeakerJudge, ceiling, evaluation_sets, held_out_sets, plot
 
-    from myxtts.data.prepare import prepare
-    from myxtts.evaluation.evaluate import machine_description
-    from myxtts.evaluation.listening import recognizer_available
-    from myxtts.evaluation.speaker_encoder import speaker_encoder_available
-    from myxtts.training import run
-
-    if not recognizer_available():
-        sys.exit("Error: the benchmark needs pocketsphinx: pip install -e '.[bench]'.")
-    root = Path(args.workdir)
+def check_combinations(args) -> None:
+    """Exit on options that only mean something together."""
     if args.arms and not args.init_from:
         sys.exit("Error: --arms chooses between the from-scratch and the fine-tuned runs; give --init-from.")
     if args.variant_name != "variant" and not args.variant_set:
         sys.exit("Error: --variant-name names the run of --variant-set; give --variant-set SECTION.KEY=VALUE.")
     if args.variant_set and args.init_from:
         sys.exit("Error: --variant-set compares two from-scratch designs; it does not combine with --init-from.")
+
+
+def plan_runs(args, root: Path) -> tuple[list[str], str, dict[tuple[str, int], Path]]:
+    """(the arms trained per seed, the name of the output files, a new run directory per arm and seed)."""
     arms = ((args.arms or ["scratch", "finetune"]) if args.init_from else
             ["scratch", "variant"] if args.variant_set else ["scratch"])
     name = (f"{args.corpus}-{args.decoder}" + (f"-first{args.train_clips}" if args.train_clips else "")
@@ -237,6 +234,32 @@ def main() -> None:
     for run_dir in run_dirs.values():
         if (run_dir / "checkpoints").exists():
             sys.exit(f"Error: {run_dir} already holds a run; remove it or pass another --workdir.")
+    return arms, name, run_dirs
+
+
+@dataclasses.dataclass
+class PreparedData:
+    """The prepared corpus, its run config and the sentences every evaluation measures."""
+
+    cfg: Any
+    schedule_note: str | None  # how the config's schedule was changed for chunked training, if it was
+    corpus: Path
+    training: list  # training sentences also evaluated
+    held_out: list  # never trained on
+    pool: list  # every entry: where the reference voices come from
+    source: str  # where the held-out sentences come from
+
+    @property
+    def sets(self) -> tuple[list, list, list]:
+        return self.training, self.held_out, self.pool
+
+
+def prepare_data(args, root: Path) -> PreparedData:
+    """The corpus (the first --train-clips clips, when given), its cache and the evaluation sentences."""
+    from learning_eval import evaluation_sets, held_out_sets
+
+    from myxtts.data.prepare import prepare
+
     corpus, corpus_format = corpus_source(args)
     full_corpus, held_ids = corpus, None
     if args.train_clips:
@@ -257,38 +280,80 @@ def main() -> None:
         training, held_out, pool, source = held_out_sets(cfg, full_corpus, held_ids, args.train_sentences)
     if len(held_out) < args.held_out:
         print(f"note: only {len(held_out)} held-out clips ({source}), asked {args.held_out}", flush=True)
-    similarity = speaker_encoder_available()
-    similarity_note = ("Resemblyzer cosine of each output with the mean of the other held-out real clips of its "
-                       "speaker (leave-one-out, as speaker_encoder.reference_similarity)" if similarity else
-                       "skipped: Resemblyzer is not installed (pip install -e '.[judge]')")
-    if not similarity:
-        print(f"note: speaker similarity {similarity_note}", flush=True)
-    judge = SpeakerJudge(held_out, cfg.audio.sample_rate) if similarity else None
-    import tensorflow as tf
+    return PreparedData(cfg, schedule_note, corpus, training, held_out, pool, source)
 
+
+def speaker_judge(data: PreparedData) -> tuple[Any, str]:
+    """(the Resemblyzer judge of the held-out speakers, or None without Resemblyzer; the note saying which)."""
+    from learning_eval import SpeakerJudge
+
+    from myxtts.evaluation.speaker_encoder import speaker_encoder_available
+
+    similarity = speaker_encoder_available()
+    note = ("Resemblyzer cosine of each output with the mean of the other held-out real clips of its speaker "
+            "(leave-one-out, as speaker_encoder.reference_similarity)" if similarity else
+            "skipped: Resemblyzer is not installed (pip install -e '.[judge]')")
+    if not similarity:
+        print(f"note: speaker similarity {note}", flush=True)
+    return (SpeakerJudge(data.held_out, data.cfg.audio.sample_rate) if similarity else None), note
+
+
+def arm_configs(args, cfg) -> dict[str, Any]:
+    """The config of each arm: scratch as prepared; finetune from --init-from; variant with --variant-set."""
     from myxtts.config import apply_overrides, config_from_dict
 
-    arm_configs = {"scratch": cfg}
+    configs = {"scratch": cfg}
     if args.init_from:
         raw = apply_overrides(cfg.to_dict(), [f"training.init_from={Path(args.init_from).resolve()}",
                                               *args.finetune_set])
-        arm_configs["finetune"] = config_from_dict(raw, base_dir=cfg.base_dir)
+        configs["finetune"] = config_from_dict(raw, base_dir=cfg.base_dir)
     if args.variant_set:
-        arm_configs["variant"] = config_from_dict(apply_overrides(cfg.to_dict(), args.variant_set),
-                                                  base_dir=cfg.base_dir)
-    report = {"corpus": args.corpus, "decoder": args.decoder, "data": str(corpus), "evaluate_at_minutes": minutes,
-              "arms": arms, "init_from": args.init_from, "finetune_set": args.finetune_set,
-              "variant_set": args.variant_set,
-              "train_clips": args.train_clips,
-              "seeds": args.seeds, "length_scale": args.length_scale, "machine": machine_description(),
-              "tensorflow": tf.__version__, "env": {key: os.environ.get(key) for key in ENV_KEYS},
-              "config": cfg.to_dict(), "schedule_note": schedule_note, "focus_note": FOCUS_NOTE,
-              "similarity_note": similarity_note,
-              "held_out": {"count": len(held_out), "source": source, "ids": [e.id for e in held_out]},
-              "train_sentences": [e.id for e in training],
-              "ceiling": {"held_out": ceiling(cfg, held_out, similarity),
-                          "train": ceiling(cfg, training, False) if training else None},
-              "runs": []}
+        configs["variant"] = config_from_dict(apply_overrides(cfg.to_dict(), args.variant_set), base_dir=cfg.base_dir)
+    return configs
+
+
+def new_report(args, minutes: list[float], arms: list[str], data: PreparedData, judge: Any,
+               similarity_note: str) -> dict:
+    """The JSON's header: the setup, the machine, the config and the ceilings; ``runs`` filled as they train."""
+    import tensorflow as tf
+    from learning_eval import FOCUS_NOTE, ceiling
+
+    from myxtts.evaluation.evaluate import machine_description
+
+    cfg = data.cfg
+    return {"corpus": args.corpus, "decoder": args.decoder, "data": str(data.corpus), "evaluate_at_minutes": minutes,
+            "arms": arms, "init_from": args.init_from, "finetune_set": args.finetune_set,
+            "variant_set": args.variant_set,
+            "train_clips": args.train_clips,
+            "seeds": args.seeds, "length_scale": args.length_scale, "machine": machine_description(),
+            "tensorflow": tf.__version__, "env": {key: os.environ.get(key) for key in ENV_KEYS},
+            "config": cfg.to_dict(), "schedule_note": data.schedule_note, "focus_note": FOCUS_NOTE,
+            "similarity_note": similarity_note,
+            "held_out": {"count": len(data.held_out), "source": data.source, "ids": [e.id for e in data.held_out]},
+            "train_sentences": [e.id for e in data.training],
+            "ceiling": {"held_out": ceiling(cfg, data.held_out, judge is not None),
+                        "train": ceiling(cfg, data.training, False) if data.training else None},
+            "runs": []}
+
+
+def main() -> None:
+    args = parse_args()
+    minutes = evaluation_minutes(args)
+
+    from learning_eval import plot
+
+    from myxtts.evaluation.listening import recognizer_available
+    from myxtts.training import run
+
+    if not recognizer_available():
+        sys.exit("Error: the benchmark needs pocketsphinx: pip install -e '.[bench]'.")
+    root = Path(args.workdir)
+    check_combinations(args)
+    arms, name, run_dirs = plan_runs(args, root)
+    data = prepare_data(args, root)
+    judge, similarity_note = speaker_judge(data)
+    configs = arm_configs(args, data.cfg)
+    report = new_report(args, minutes, arms, data, judge, similarity_note)
     print(f"ceiling (recordings / Griffin-Lim resynthesis): {report['ceiling']}", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -300,10 +365,9 @@ def main() -> None:
         for budget in minutes:
             for arm in arms:  # alternated chunk by chunk: both runs meet the same machine load
                 entry, run_dir = entries[arm], run_dirs[arm, seed]
-                summary = run(with_seed(arm_configs[arm], seed, budget), run_dir, resume=bool(entry["points"]),
+                summary = run(with_seed(configs[arm], seed, budget), run_dir, resume=bool(entry["points"]),
                               progress=False)
-                point = measure_point(args, summary, run_dir, budget, wall_started, (training, held_out, pool),
-                                      judge)
+                point = measure_point(args, summary, run_dir, budget, wall_started, data.sets, judge)
                 entry["points"].append(point)
                 print(f"seed {seed} {arm}: {describe(point)}", flush=True)
                 json_path.write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
