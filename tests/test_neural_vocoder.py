@@ -278,6 +278,25 @@ def test_pack_keeps_the_generator_alone(trained_vocoder, tmp_path):
     result = CliRunner().invoke(main, ["pack", "--run", str(workdir), "--out", str(packed), "--force"])
     assert result.exit_code == 0 and "packed vocoder step 240" in result.output, result.output
     assert [p.name for p in packed.parent.iterdir()] == ["packed"]  # no staging folder left beside it
+    # --with-discriminators: a starting point for fine-tuning, whose trained discriminators a warm start restores
+    from myxtts.config import load_config
+    from myxtts.vocoder.discriminators import build_discriminators
+    from myxtts.vocoder.generators import build_generator
+    from myxtts.vocoder.neural import restore_generator
+
+    full = tmp_path / "with-discriminators"
+    result = CliRunner().invoke(main, ["pack", "--run", str(workdir), "--out", str(full), "--with-discriminators"])
+    assert result.exit_code == 0 and "generator and discriminators" in result.output, result.output
+    cfg = load_config(workdir / "config.yaml")
+    generator, discriminators = build_generator(cfg), build_discriminators(cfg)
+    assert restore_generator(full, cfg, generator, discriminators)["discriminators"] is True
+    from_run = build_discriminators(cfg)
+    tf.train.Checkpoint(discriminators=from_run).restore(
+        tf.train.latest_checkpoint(str(workdir / "checkpoints"))).expect_partial()
+    for restored, original in zip(discriminators.variables, from_run.variables):
+        np.testing.assert_array_equal(np.asarray(restored), np.asarray(original), err_msg=restored.path)
+    assert restore_generator(packed, cfg, build_generator(cfg), build_discriminators(cfg))["discriminators"] is False
+
 
 
 def test_fine_tuning_on_an_acoustic_models_teacher_forced_mels(vocoder_cfg, trained_vocoder, tmp_path):

@@ -218,18 +218,26 @@ def serve_command(run_dir, voice_specs, host, port, batch_size, max_characters, 
 @click.option("--force", is_flag=True,
               help="Replace --out if it holds an earlier packed model, once the new one is complete (never a run or "
                    "cache).")
+@click.option("--with-discriminators", is_flag=True,
+              help="Of a vocoder run: keep the discriminators too, so `train-vocoder --init-from` fine-tunes against "
+                   "trained ones (synthesis reads the generator alone).")
 @clean_errors(ValueError, OSError)
-def pack_command(run_dir: str, out_dir: str, force: bool) -> None:
+def pack_command(run_dir: str, out_dir: str, force: bool, with_discriminators: bool) -> None:
     """A run's newest model, without optimizer state, as a folder to ship: synthesize --run and train --init-from
     take it."""
     from myxtts.synthesis.loading import pack_run
     from myxtts.vocoder.neural import VOCODER_FILE, pack_vocoder
 
     if (Path(run_dir) / VOCODER_FILE).is_file():  # a `train-vocoder` run: its generator alone
-        record = pack_vocoder(run_dir, out_dir, force=force)
+        record = pack_vocoder(run_dir, out_dir, force=force, with_discriminators=with_discriminators)
+        kept = "generator and discriminators" if with_discriminators else "generator"
         click.echo(f"packed vocoder step {record['step']}, {record['training_minutes']:.1f} training minutes "
-                   f"({record['parameters']:,} parameters, {record['bytes'] / 1e6:.1f} MB) into {out_dir}")
+                   f"({kept}; {record['parameters']:,} generator parameters, {record['bytes'] / 1e6:.1f} MB) "
+                   f"into {out_dir}")
         return
+    if with_discriminators:
+        raise click.UsageError(f"--with-discriminators is for a vocoder run; {run_dir} is an acoustic run (no "
+                               "vocoder.json).")
     record = pack_run(run_dir, out_dir, force=force)
     minutes = "" if record["training_minutes"] is None else f", {record['training_minutes']:.1f} training minutes"
     click.echo(f"packed step {record['step']}{minutes} ({record['parameters']:,} parameters, "

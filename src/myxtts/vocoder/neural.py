@@ -53,41 +53,50 @@ def write_vocoder_json(directory: Path, cfg: Any, generator: Any, trained_on: st
     return path
 
 
-def save_vocoder(directory: str | Path, cfg: Any, generator: Any, trained_on: str = "", step: int = 0) -> Path:
-    """A vocoder directory holding only the generator: config.yaml, vocoder.json, checkpoints/ckpt-STEP."""
+def save_vocoder(directory: str | Path, cfg: Any, generator: Any, trained_on: str = "", step: int = 0,
+                 discriminators: Any = None) -> Path:
+    """A vocoder directory: config.yaml, vocoder.json, checkpoints/ckpt-STEP holding the generator (and the
+    discriminators when given: a starting point for fine-tuning; synthesis reads the generator alone)."""
     from myxtts.config import save_config
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     save_config(cfg, directory / "config.yaml")
     write_vocoder_json(directory, cfg, generator, trained_on)
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(generator=generator), str(directory / CHECKPOINT_DIR),
+    objects = {"generator": generator, **({"discriminators": discriminators} if discriminators is not None else {})}
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(**objects), str(directory / CHECKPOINT_DIR),
                                          max_to_keep=1)
     manager.save(checkpoint_number=step)
     return directory
 
 
-def pack_vocoder(run_dir: str | Path, out_dir: str | Path, force: bool = False) -> dict[str, Any]:
-    """A vocoder run's newest generator, without discriminators and optimizers, as a folder to ship. ``out_dir``
+def pack_vocoder(run_dir: str | Path, out_dir: str | Path, force: bool = False,
+                 with_discriminators: bool = False) -> dict[str, Any]:
+    """A vocoder run's newest generator, without optimizers (and without discriminators unless
+    ``with_discriminators``: what ``train-vocoder --init-from`` fine-tunes from), as a folder to ship. ``out_dir``
     follows ``pack_run``'s rule: new, empty or (``force``) an earlier pack, replaced only once the new one is
     complete; never the run, a cache, nor a folder that holds or lies inside one."""
     from myxtts.synthesis.loading import _relative_paths
     from myxtts.synthesis.output_folder import PACKED, check_output_folder, write_staged
+    from myxtts.vocoder.discriminators import build_discriminators
     from myxtts.vocoder.generators import build_generator
 
     check_output_folder(Path(out_dir), run_dir, PACKED, force, "pack")
     cfg, record = read_vocoder_dir(run_dir)
     checkpoint = newest_checkpoint(Path(run_dir))  # resolved once: the weights, step and minutes come from it
     generator = build_generator(cfg)
-    tf.train.Checkpoint(generator=generator).restore(checkpoint).expect_partial().assert_existing_objects_matched()
+    discriminators = build_discriminators(cfg) if with_discriminators else None
+    objects = {"generator": generator, **({"discriminators": discriminators} if with_discriminators else {})}
+    tf.train.Checkpoint(**objects).restore(checkpoint).expect_partial().assert_existing_objects_matched()
     step = int(checkpoint.rsplit("-", 1)[1])
     minutes = float(tf.train.load_variable(checkpoint, "trained_seconds/.ATTRIBUTES/VARIABLE_VALUE")) / 60.0
 
     def write(staging: Path) -> dict[str, Any]:
-        save_vocoder(staging, cfg, generator, record.get("trained_on", ""), step)
+        save_vocoder(staging, cfg, generator, record.get("trained_on", ""), step, discriminators)
         _relative_paths(staging / "config.yaml")  # a sibling of out_dir: the same relative paths
         packed = {**json.loads((staging / VOCODER_FILE).read_text(encoding="utf-8")), "step": step,
                   "training_minutes": round(minutes, 1), "source_checkpoint": Path(checkpoint).name,
+                  "discriminators": with_discriminators,
                   "bytes": sum(path.stat().st_size for path in (staging / CHECKPOINT_DIR).iterdir())}
         (staging / VOCODER_FILE).write_text(json.dumps(packed, indent=1), encoding="utf-8")
         return packed
