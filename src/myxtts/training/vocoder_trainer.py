@@ -16,13 +16,11 @@ Vocoder run directory::
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import math
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import keras
 import numpy as np
@@ -34,7 +32,7 @@ from myxtts.locks import lock_cache_for_reading, lock_run_directory
 from myxtts.training.checkpoint import Checkpoints
 from myxtts.training.interrupt import StopOnSignals
 from myxtts.training.monitor import MetricsLog, StepTimer, TraceAccounting
-from myxtts.training.stages import StagedRun, StopReason
+from myxtts.training.stages import StagedRun, StopReason, TrainingClock, progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -158,13 +156,13 @@ class VocoderTrainer(StagedRun):
 
     def stage_loop(self) -> dict[str, Any]:
         t = self.cfg.training
-        loop = _Loop(start_step=int(self.step.numpy()), trained_before=float(self.trained_seconds.numpy()),
-                     budget=t.max_minutes * 60.0 if t.max_minutes > 0 else math.inf, metrics=MetricsLog(self.workdir))
+        loop = _Loop(start_step=int(self.step.numpy()), metrics=MetricsLog(self.workdir),
+                     clock=TrainingClock(float(self.trained_seconds.numpy()), t.max_minutes))
         step = loop.start_step
-        bar = _progress_bar(t.max_steps, step, self.progress)
+        bar = progress_bar(t.max_steps, step, self.progress)
         interrupt = StopOnSignals(enabled=self.stop_on_signals)
         interrupt.install()
-        stopped = StopReason.MAX_MINUTES if loop.trained_before >= loop.budget else None
+        stopped = StopReason.MAX_MINUTES if loop.clock.spent_before() else None
         try:
             while step < t.max_steps and stopped is None:
                 phase = "adversarial" if step >= self.cfg.vocoder.adversarial_start_step else "reconstruction"
@@ -176,7 +174,7 @@ class VocoderTrainer(StagedRun):
                 stopped = self._stop_reason(step, loop, interrupt)
                 final = step == t.max_steps or stopped is not None
                 if (step % t.validate_every == 0 or final) and stopped is not StopReason.INTERRUPTED:
-                    with loop.paused():  # validation is not training time
+                    with loop.clock.paused():  # validation is not training time
                         loop.validation = self._validate(step, loop.metrics, audio=bool(t.summary_every) and (
                             step % t.summary_every == 0 or final))
                 if step % t.checkpoint_every == 0 or final:
@@ -198,7 +196,7 @@ class VocoderTrainer(StagedRun):
         """metrics.jsonl + TensorBoard + the progress bar; the NaN guard's counter is read here (a host read)."""
         t = self.cfg.training
         record = {key: float(value) for key, value in out.items()}
-        elapsed = loop.elapsed()
+        elapsed = loop.clock.elapsed()
         record.update(step=step, phase=phase, input_wait_share=loop.timer.input_wait_share(elapsed),
                       steps_per_second=(step - loop.start_step) / max(elapsed, 1e-9),
                       traces_after_warmup=self.traces.retraces_after_warmup())
@@ -218,15 +216,15 @@ class VocoderTrainer(StagedRun):
             return None  # the loop ends by itself: max_steps
         if interrupt.requested:
             return StopReason.INTERRUPTED
-        return StopReason.MAX_MINUTES if loop.trained_before + loop.elapsed() >= loop.budget else None
+        return StopReason.MAX_MINUTES if loop.clock.out_of_time() else None
 
     def _checkpoint(self, step: int, loop: "_Loop") -> None:
-        self.trained_seconds.assign(loop.trained_before + loop.elapsed())
+        self.trained_seconds.assign(loop.clock.trained_seconds())
         self.step.assign(step)
         self.checkpoints.save(step)  # the batch of this step is consumed: the iterator position is exact
 
     def _summary(self, step: int, stopped: "StopReason", interrupt: StopOnSignals, loop: "_Loop") -> dict[str, Any]:
-        elapsed = loop.elapsed()
+        elapsed = loop.clock.elapsed()
         return {
             "steps": step, "steps_this_run": step - loop.start_step, "stopped": stopped.value,
             "interrupted_by": interrupt.requested, "parameters": self.parameters,
@@ -280,35 +278,15 @@ class VocoderTrainer(StagedRun):
 
 @dataclasses.dataclass
 class _Loop:
-    """The training loop's running state: where it started, the time budget, the figures it reports."""
+    """The training loop's running state: where it started, its clock, the figures it reports."""
 
     start_step: int
-    trained_before: float  # seconds trained by the runs this one resumes
-    budget: float  # seconds of training allowed in all (training.max_minutes; inf: no limit)
     metrics: MetricsLog
+    clock: TrainingClock  # training seconds (validation excluded) against training.max_minutes, over resumes
     timer: StepTimer = dataclasses.field(default_factory=StepTimer)
-    started: float = dataclasses.field(default_factory=time.perf_counter)
     first_loss: float | None = None
     last_loss: float | None = None
     validation: float | None = None
-
-    def elapsed(self) -> float:
-        """Training seconds of this run (pauses excluded)."""
-        return time.perf_counter() - self.started
-
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        begin = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.started += time.perf_counter() - begin
-
-
-def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=initial, disable=not enabled, unit="step", dynamic_ncols=True)
 
 
 def format_vocoder_summary(summary: dict[str, Any]) -> str:
