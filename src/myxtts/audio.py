@@ -230,8 +230,8 @@ class MelFrontend:
         stft = tf.signal.stft(padded, frame_length=self.n_fft, frame_step=self.hop_length,
                               fft_length=self.n_fft, window_fn=self._window_fn, pad_end=False)
         # stft: [batch, frames, n_fft // 2 + 1] complex64
-        # |X|^2 from real and imaginary parts: ~1.4x faster on CPU than tf.abs on complex64 (measured in a
-        # tf.data map on real clips), and exact to float32 rounding for audio magnitudes.
+        # |X|^2 from real and imaginary parts: cheaper on CPU than tf.abs on complex64 followed by a square,
+        # and exact to float32 rounding for audio magnitudes.
         power = tf.math.square(tf.math.real(stft)) + tf.math.square(tf.math.imag(stft))
         if self.mel_power == 2.0:
             spectrum = power
@@ -255,8 +255,8 @@ class MelFrontend:
     def in_graph(self, waveform: tf.Tensor) -> tf.Tensor:
         """The same log mel as ``__call__`` as plain ops, for use inside another graph (a tf.data map).
 
-        Calling the compiled ``__call__`` from inside a ``Dataset.map`` nests a function call per element,
-        which measured ~2x slower on 2 CPU cores than inlining the ops.
+        Calling the compiled ``__call__`` from inside a ``Dataset.map`` nests a function call per element;
+        inlining the ops avoids that per-element overhead.
         """
         if waveform.shape.rank == 1:
             return self._single(waveform)  # [frames, n_mels]
@@ -310,9 +310,8 @@ class MelFrontend:
         call does), then zero-padded at the end to the longest; a frame only covers its own clip's padded
         samples, so the tail never leaks in (equal to one at a time up to float32 rounding, ~1e-6).
         ``padded=False``: the compiled single-clip graph per clip (bitwise equal, no padding work).
-        ``None`` picks padded only when a GPU is present: on CPU the per-clip path measured ~2.5x faster
-        (TF 2.21, 2 cores, 96 LJSpeech clips in batches of 32: 0.35 s vs 0.9 s; FFT batching does not pay
-        and padding to the longest clip doubles the work).
+        ``None`` picks padded only when a GPU is present: on CPU the per-clip path is faster, since FFT
+        batching does not pay there and padding to the longest clip adds work.
         """
         if not waveforms:
             return []

@@ -1,13 +1,11 @@
 """The TensorFlow process environment myxtts runs in, recorded for reports and benchmarks.
 
-History, and why myxtts no longer changes it: TF's oneDNN rewrites (``TF_ENABLE_ONEDNN_OPTS``, on by
-default in x86 CPU builds) made the static-shape train step 7-15x slower than the same graph with
-``None`` dims. The root cause (benchmarks/onednn_profile.py): with static shapes grappler's remapper
-fused the attention logits ``matmul(q, k) * scale + mask`` into ``_MklFusedBatchMatMulV2``, which
-oneDNN 3.7 runs with its reference kernel (3-4 s a step). The attention now scales q before the matmul
-and masks with ``where`` (model/layers.py), so the pattern never forms, and with the rewrites on the
-static step is the fastest of {oneDNN on, off} x {static, None dims} (docs/training.md, "CPU
-performance"). So the default environment is left alone; whatever the user sets is respected.
+myxtts leaves ``TF_ENABLE_ONEDNN_OPTS`` (TF's oneDNN rewrites, on by default in x86 CPU builds) as the
+user set it. With static shapes grappler's remapper can fuse attention logits written as
+``matmul(q, k) * scale + mask`` into ``_MklFusedBatchMatMulV2``, which oneDNN runs with its slow reference
+kernel. The attention scales q before the matmul and masks with ``where`` (model/layers.py), so that
+pattern never forms and the rewrites are safe to keep on (docs/training.md, "CPU performance";
+benchmarks/onednn_profile.py).
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def read_list(list_file: Path, language: str = "en") -> CorpusReadResult:
                                                f"{list_file}:{line_number}: the path and speaker fields must not "
                                                "be empty."))
             continue
-        # the folder is resolved once; normpath per line (Path.resolve per line cost ~0.5 ms: 7 s on LJSpeech size)
+        # the folder is resolved once; normpath per line (Path.resolve per line touches the file system: slow on big corpora)
         audio_path = Path(os.path.normpath(os.path.join(folder, relative)))
         # the path as written, normalised, with its extension: clip.flac and clip.ogg never collide
         utterance_id = os.path.normpath(relative).replace(os.sep, "/")

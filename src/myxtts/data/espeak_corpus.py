@@ -175,7 +175,7 @@ def read_transcripts(path: str | os.PathLike) -> list[Sentence]:
 
 
 def bundled_sentences() -> list[Sentence]:
-    """The 32 transcripts of the bundled LJSpeech clips (always available, no ../shared needed)."""
+    """The 32 transcripts of the bundled LJSpeech clips (always available, no download needed)."""
     return read_transcripts(BUNDLED_TRANSCRIPTS)
 
 

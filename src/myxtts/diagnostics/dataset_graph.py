@@ -1,8 +1,8 @@
 """Static facts about a tf.data pipeline, read stage by stage without serialising any data.
 
 `_as_serialized_graph()` embeds every captured tensor (a `from_tensor_slices` corpus, a cache's
-constants) in the GraphDef: at LJSpeech size that is ~1.2 GB, close to protobuf's 2 GB limit, and a
-failure there used to drop the Python-function check silently. Instead we walk the dataset objects
+constants) in the GraphDef: for a real corpus that approaches protobuf's 2 GB limit, and a failure
+there would lose the Python-function check. Instead we walk the dataset objects
 (`_inputs()`, every input, private and guarded) and list the op types of each stage's traced functions
 (`StructuredFunctionWrapper.function.graph.get_operations()`, recursing into the functions those
 graphs call through `FuncGraph._functions`). Nothing is copied, so the cost does not depend on the

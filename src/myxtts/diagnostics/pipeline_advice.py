@@ -1,10 +1,10 @@
 """What `diagnose_dataset` concludes: the bottleneck kind and the ranked recommendations.
 
-Ranking is by kind, never by a measured gain (a gain inside the noise used to put a cheap sequential
+Ranking is by kind, never by a measured gain (a gain inside the noise could put a cheap sequential
 map above a Python function): structural findings whose stage is slower than the consumer first
 (Python functions and generator sources cannot parallelise under the GIL), then the stage where
 throughput drops, a missing final prefetch (always, with its measured effect), a missed target, an
-unexplained input-bound share, and last the hints about stages that are not the bottleneck today.
+unexplained input-bound share, and last the hints about stages that are not the bottleneck.
 """
 
 from __future__ import annotations

@@ -161,7 +161,7 @@ def diagnose_dataset(dataset: tf.data.Dataset, consumer: Callable[[Any], Any] | 
                      measure_fixes: bool = True, repeats: int = 3) -> PipelineReport:
     """Measure `dataset` against `consumer` (a train step taking one batch) or a target rate.
 
-    `stage_elements` is kept for compatibility: stage passes now grow until they last long enough.
+    `stage_elements` is accepted for compatibility and not used: stage passes grow until they last long enough.
     """
     if steps < 8:
         raise ValueError(f"diagnose_dataset: steps must be >= 8 to measure waits, got {steps}.")

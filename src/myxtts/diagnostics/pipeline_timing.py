@@ -4,7 +4,7 @@ corrected for the cost of `next()` itself.
 Stage rates are counted inside one op (`take(n).reduce(...)`), so no Python call per element pollutes
 them: a `Range` source runs at millions of elements/s whatever the machine load, and a stage is only
 blamed for a drop that is larger than the spread of repeated measurements. Input waits seen from
-Python include the iterator's own per-call cost (~0.1-0.6 ms, the same for any tf.data iterator); it is
+Python include the iterator's own per-call cost (the same for any tf.data iterator); it is
 measured on an in-memory dataset of the same element spec in the same loop and subtracted, step by
 step, keeping only the excess the noise cannot explain (mean - 2 standard errors), so a pipeline whose
 batches are always ready reads "not input-bound" even when a loaded machine stalls a few calls.
@@ -178,7 +178,7 @@ def run_together(dataset: tf.data.Dataset, consumer: Callable[[Any], Any], steps
 
     Each step also calls next() on an in-memory iterator of the same element spec, alternately before
     and after the real one: after a step (a sleep, a device wait) the first next() is slower than a warm
-    one (~0.5 ms vs 0.1 ms measured here), so alternating makes the subtraction unbiased. The baseline's
+    one, so alternating makes the subtraction unbiased. The baseline's
     own time is taken out of the step time too.
     """
     iterator = iter(dataset)

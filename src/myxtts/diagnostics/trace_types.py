@@ -1,6 +1,6 @@
 """Summaries of a call's arguments (path -> leaf) and of the function being traced.
 
-A summary mirrors what `tf.function` keys its cache on (see FIELD_NOTES: tensors by shape and dtype,
+A summary mirrors what `tf.function` keys its cache on (tensors by shape and dtype,
 Python literals by ``==``, ordinary objects by identity through a weak reference, containers by
 structure) so two summaries can be compared to name what made TF trace again.  Summaries never hold
 a strong reference to a user object: that would keep it alive and change TF's own behaviour.

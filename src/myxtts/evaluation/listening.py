@@ -4,9 +4,9 @@ encoder, the independent judge of the voice, is ``evaluation.speaker_encoder``.)
 - ``transcribe``: offline speech recognition with pocketsphinx's bundled en-US model (the ``listen``
   extra), 16 kHz int16 mono input; ``character_error_rate`` / ``corpus_character_error_rate`` compare
   its transcript with the text after ``normalize_for_cer`` (the project's English cleaner, then only
-  letters, digits, apostrophes and single spaces). Measured on real LJSpeech clips: ~16% CER for the
-  recordings, ~17% for their mel + Griffin-Lim resynthesis, so the recognizer is a usable listener
-  and a synthesis near 17% says the text about as clearly as the vocoder allows.
+  letters, digits, apostrophes and single spaces). The recognizer's CER on real recordings and on their
+  mel + Griffin-Lim resynthesis is the floor to compare a synthesis with: near the resynthesis' figure it
+  says the text about as clearly as the vocoder allows (docs/synthesis.md, "Listening measures").
 - ``speaker_embedding``: a voice description that needs no downloaded model (mel-cepstrum mean and
   spread over speech frames + F0 statistics); ``speaker_match`` scores whether each output is nearest
   to its own reference voice among all candidate voices (per-voice centroids of a few clips each).
@@ -37,7 +37,7 @@ def recognizer_available() -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _decoder():
-    # loading the acoustic model, dictionary and language model takes ~0.6 s: once per process
+    # loading the acoustic model, dictionary and language model is slow: once per process
     try:
         from pocketsphinx import Decoder
     except ImportError as err:

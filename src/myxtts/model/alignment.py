@@ -115,7 +115,7 @@ def forward_sum_loss(log_alignment, token_lengths, mel_lengths, in_graph_recursi
         # zeroed below
         real = length_mask(token_lengths, text_len) & (feasible[:, None] | (tf.range(text_len) == 0)[None, :])
         labels = tf.range(1, text_len + 1, dtype=tf.int32)[None, :] * tf.cast(real, tf.int32)  # 0 = padding
-        # sparse labels select TF's C++ CTC kernel (its dense-label path is a graph loop ~80x slower here)
+        # sparse labels select TF's C++ CTC kernel (its dense-label path is a much slower graph loop)
         nll = tf.nn.ctc_loss(labels=tf.sparse.from_dense(labels), logits=logits, label_length=None,
                              logit_length=mel_lengths, logits_time_major=False, blank_index=0)  # [B]
     nll = tf.where(tf.math.is_finite(nll) & feasible, nll, 0.0)

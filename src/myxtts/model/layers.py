@@ -119,8 +119,8 @@ class MultiHeadAttention(keras.layers.Layer):
         q = self._split(self.query_proj(query_in))  # [B, H, Tq, hd]
         k, v = self._split(keys), self._split(values)  # [B, H, Tk, hd]
         # scale q before the matmul and mask with where(), not "matmul * scale + mask": with static shapes
-        # grappler's oneDNN remapper fuses that pattern into _MklFusedBatchMatMulV2, which oneDNN 3.7 runs
-        # with its reference kernel (3-4 s per step instead of ~0.01 s; docs/training.md, CPU performance)
+        # grappler's oneDNN remapper fuses that pattern into _MklFusedBatchMatMulV2, which oneDNN runs with
+        # its slow reference kernel (docs/training.md, "CPU performance")
         q = tf.cast(q, tf.float32) * (1.0 / math.sqrt(self.head_dim))
         logits = tf.matmul(q, tf.cast(k, tf.float32), transpose_b=True)  # [B, H, Tq, Tk]
         logits = tf.where(mask, logits, NEG_INF)

@@ -3,9 +3,9 @@
 Each loss is a *sum* over real elements divided by the real count of the **global** batch
 (``normalizers``): every micro-batch of a gradient-accumulation cycle and every replica divides by
 the same count, so their summed gradients equal one big batch's exactly, whatever their lengths. (A
-per-micro-batch mean divided by N weights a 2-row 840-frame batch like a 7-row 336-frame one: with
-lengths [24, 24, 4, 4] that update was 1.49x off the big-batch one, cosine 0.07.) Without
-``normalizers`` the counts are this batch's own (validation, tests).
+per-micro-batch mean divided by N would weight a 2-row 840-frame batch like a 7-row 336-frame one, and
+the accumulated update would point elsewhere than the big batch's.) Without ``normalizers`` the counts are
+this batch's own (validation, tests).
 
 - ``mel_l1_before`` / ``mel_l1_after``: mean absolute error over real frames x mel bins, before and after
   the postnet; ``mel_l2`` (mean squared error after the postnet) only enters ``total`` with ``model.mel_l2_weight`` > 0.

@@ -130,8 +130,8 @@ class StepTimer:
     """Step time and input wait (time blocked in next(iterator)) per step.
 
     `input_wait` is the raw time in next(). Part of it is the cost of next() on *any* tf.data iterator
-    (~0.1-0.6 ms, more right after a step released the CPU), which is not a starved device; reporting it
-    made a healthy pipeline look "moderately input-bound". So every `sample_every` steps the timer also
+    (more right after a step released the CPU), which is not a starved device; reporting it would make a
+    healthy pipeline look "moderately input-bound". So every `sample_every` steps the timer also
     calls next() on an in-memory iterator with the batch's element spec (built from the first batch,
     ending in a prefetch like the training pipeline), just before the real call so it sees the same cold
     start. `input_wait_share(elapsed)` keeps only the excess per call that the noise cannot explain:

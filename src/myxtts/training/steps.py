@@ -277,7 +277,7 @@ class TrainingSteps:
                 self.validate_functions[key] = self._validate_graph
                 continue
             # autograph=False: the steps' control flow is written as tf.while_loop / tf.cond, so AutoGraph's source
-            # conversion of every layer's Python buys nothing (warm-up 0.78x without it, docs/benchmarks.md)
+            # conversion of every layer's Python only lengthens warm-up (docs/benchmarks.md, "Warm-up")
             options = dict(jit_compile=t.enable_xla_compilation and self.replicas == 1, reduce_retracing=False,
                            autograph=False)
             # with accumulation the global batch's counts come in as a second (scalar) argument

@@ -89,10 +89,9 @@ def warm_up(steps: Any, execute: bool = True, runs: int = 1) -> dict[str, float]
 def _overlapped(steps: Any, jobs: list, runs: int, saved: list) -> None:
     """Trace each function here while a runner thread makes the previous one's first calls.
 
-    A function's warm-up is Python tracing (holds the GIL: ~5 s per train function of the tiny model on 2
-    cores) then its first call (TensorFlow's graph optimisation and kernel creation in C++, which releases
-    the GIL: ~6 s). Done one after the other that is ~11 s per bucket; overlapped, tracing function i+1 runs
-    while function i is optimised (12 LJSpeech-size buckets: 153 s -> 106 s, docs/training.md, "Warm-up").
+    A function's warm-up is Python tracing (holds the GIL) then its first call (TensorFlow's graph
+    optimisation and kernel creation in C++, which releases the GIL), of similar cost. Overlapped, tracing
+    function i+1 runs while function i is optimised, which shortens the warm-up (docs/training.md, "Warm-up").
     The calls stay in one thread, in the same order as the traces, so collectives of a multi-worker run line
     up, and each train call is followed by the state restore."""
     def first_calls(kind: str, function: Callable, arguments: list) -> list[float]:
