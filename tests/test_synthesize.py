@@ -204,7 +204,7 @@ def test_no_retrace_over_twenty_texts(synthesizer):
 
 @pytest.mark.parametrize("case", ["empty_text", "unknown_characters", "missing_reference", "unreadable_reference",
                                   "missing_run", "run_without_checkpoint", "run_without_mel_stats",
-                                  "missing_checkpoint", "word_too_long"])
+                                  "missing_checkpoint", "word_too_long", "unknown_script_in_the_middle"])
 def test_cli_errors(case, tiny_run, tmp_path):
     from myxtts.cli import main
 
@@ -212,7 +212,8 @@ def test_cli_errors(case, tiny_run, tmp_path):
     expected = {"empty_text": "empty", "unknown_characters": "no character", "missing_reference": "not found",
                 "unreadable_reference": "reference.wav", "missing_run": "not found", "run_without_checkpoint":
                 "No checkpoint", "run_without_mel_stats": "mel_stats.json is missing",
-                "missing_checkpoint": "Checkpoint not found", "word_too_long": "alone is longer"}[case]
+                "missing_checkpoint": "Checkpoint not found", "word_too_long": "alone is longer",
+                "unknown_script_in_the_middle": "'Привет, как дела?' cannot be spoken"}[case]
     if case == "empty_text":
         text = "   "
     elif case == "unknown_characters":
@@ -238,6 +239,8 @@ def test_cli_errors(case, tiny_run, tmp_path):
         run = ["--checkpoint", str(tmp_path / "ckpt-9"), "--config", str(tiny_run / "config.yaml")]
     elif case == "word_too_long":  # a long text is split; a word no piece can hold is an error
         text = "It said " + "abracadabra" * 30 + " twice."
+    elif case == "unknown_script_in_the_middle":  # never two pieces spoken and the middle one dropped
+        text = "Hello. Привет, как дела? Goodbye."
     result = CliRunner().invoke(main, ["synthesize", *run, "--text", text, "--reference", reference,
                                        "--out", str(tmp_path / "o.wav")])
     assert result.exit_code == 2, result.output

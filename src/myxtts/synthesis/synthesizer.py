@@ -243,8 +243,10 @@ class Synthesizer:
 
     def split(self, text: str, length_scale: float | None = None) -> list[TextPiece]:
         """``text`` (a sentence, a paragraph, a chapter) as pieces that each fit one compiled call
-        (``synthesis.text_split``) at ``length_scale`` (default: the synthesizer's); pieces with nothing to
-        pronounce (a lone "...") are left out."""
+        (``synthesis.text_split``) at ``length_scale`` (default: the synthesizer's). Pieces of punctuation alone
+        (a lone "...") are left out; any other piece that cannot be encoded (words in a script the vocabulary does
+        not know) is a ``TextError`` naming it, never dropped; a word too long for any piece is an
+        ``UnsplittableTextError``."""
         scale = self.length_scale if length_scale is None else length_scale
         budget = self.lengths.piece_token_budget(scale)
 
@@ -258,8 +260,13 @@ class Synthesizer:
         for piece in split_text(text, fits):
             try:
                 self.text_processor.encode(piece.text)
-            except TextError:
-                continue
+            except TextError as err:
+                if not any(char.isalnum() for char in piece.text):
+                    continue  # punctuation alone: nothing to say, nothing lost
+                raise TextError(err.reason, f"The piece {piece.text[:80]!r} cannot be spoken by this model: it has no "
+                                "character its vocabulary can say (after normalisation only unknown characters or "
+                                "punctuation remain: another language or script?). Transliterate or remove "
+                                "it.") from None
             pieces.append(piece)
         if not pieces:
             self.text_processor.encode(text)  # raises the TextError that says why

@@ -7,7 +7,7 @@ piece fits, by its token count: the synthesizer's largest text bucket and the fr
 
 Clauses and words are packed greedily, so a long sentence becomes as few pieces as fit. Each piece records
 the pause that follows it: longest after a paragraph, then a sentence, a clause, and a cut between words.
-A word that does not fit alone is a ``ValueError`` naming it.
+A word that does not fit alone is an ``UnsplittableTextError`` (a ``ValueError``) naming it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ ABBREVIATIONS = frozenset({
 _SENTENCE_END = re.compile(r"([.!?\u2026]+)([\"'\u201d\u2019)\]]*)\s+")
 _CLAUSE_END = re.compile(r"(?:[,;:]|\s[\u2014\u2013-])\s+")
 _PARAGRAPH = re.compile(r"\n\s*\n")
+
+
+class UnsplittableTextError(ValueError):
+    """A word longer than the longest text the model can say in one piece."""
 
 
 @dataclass(frozen=True)
@@ -84,8 +88,8 @@ def _split_words(clause: str, fits: Callable[[str], bool]) -> list[str]:
     words = clause.split()
     for word in words:
         if not fits(word):
-            raise ValueError(f"The word {word[:80]!r} alone is longer than the longest text the model can say in "
-                             "one piece (data.max_text_length): it cannot be split further.")
+            raise UnsplittableTextError(f"The word {word[:80]!r} alone is longer than the longest text the model "
+                                        "can say in one piece (data.max_text_length): it cannot be split further.")
     return _pack(words, fits)
 
 
