@@ -121,6 +121,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="per level per round")
     parser.add_argument("--soak-seconds", type=float, default=120.0, help="a last run at the highest level (0: none)")
     parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--vocoder", default="griffin-lim", help="the server's --vocoder: a vocoder directory or "
+                        "griffin-lim")
     parser.add_argument("--json", default=None)
     parser.add_argument("--plot", default=None)
     args = parser.parse_args()
@@ -131,7 +133,8 @@ def main() -> None:
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"myxtts-serve-{port}.log", "w")
     started = time.perf_counter()
     server = subprocess.Popen([sys.executable, "-m", "myxtts", "serve", "--run", args.run, "--voice",
-                               f"voice={args.reference}", "--port", str(port), "--batch-size", str(args.batch_size)],
+                               f"voice={args.reference}", "--port", str(port), "--batch-size", str(args.batch_size),
+                               "--vocoder", args.vocoder],
                               stdout=log, stderr=subprocess.STDOUT, env=child_environment(), cwd=REPO)
     try:
         health = wait_for(url, server)
@@ -161,7 +164,7 @@ def main() -> None:
     lowest, highest = str(min(args.levels)), str(max(args.levels))
     gain = [h["throughput_audio_seconds_per_second"] / max(l["throughput_audio_seconds_per_second"], 1e-9)
             for h, l in zip(rounds[int(highest)], rounds[int(lowest)])]
-    report = {"benchmark": "serve", "run": args.run, "batch_size": args.batch_size, "machine": machine(),
+    report = {"benchmark": "serve", "run": args.run, "vocoder": args.vocoder, "batch_size": args.batch_size, "machine": machine(),
               "startup_seconds": round(startup, 1), "health_at_start": health, "health_at_end": final,
               "compiles_after_warmup": final["compiles_after_warmup"], "server_peak_memory_gb": memory,
               "levels": levels, "throughput_gain_highest_over_lowest": spread(gain), "soak": soak,
