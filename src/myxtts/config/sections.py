@@ -30,7 +30,7 @@ class DataConfig:
     silence_threshold_db: float = -60.0  # a clip whose peak is below this (dBFS) is rejected as silent
     validation_size: int = 2  # utterances held out for validation (taken deterministically)
     # shape policy
-    pad_to_fixed_length: bool = False  # True: the old fixed padding; False: length buckets
+    pad_to_fixed_length: bool = False  # True: pad every batch to one fixed shape; False: length buckets
     max_text_length: int = 200  # tokens incl. bos/eos; longer entries are reported and skipped
     max_mel_frames: int = 880  # frames; longer entries are reported and skipped
     batch_size: int = 32  # fixed mode: the batch size; buckets: an upper bound per bucket

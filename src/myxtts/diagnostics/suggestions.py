@@ -62,7 +62,7 @@ def _render(path: str, current: "Snapshot", history: list["Snapshot"], python_pa
 def input_signature(current: "Snapshot", history: list["Snapshot"]) -> tuple[str, list[str]]:
     """`input_signature=[...]` for the positional arguments, with None only on dims seen to vary.
 
-    Returns the code and the paths that are not tensors today (they must become tensors first).
+    Returns the code and the paths that are not tensors yet (they must become tensors first).
     """
     python_paths: list[str] = []
     specs = [_render(root, current, history, python_paths) for root in current.positional if root in current.leaves]

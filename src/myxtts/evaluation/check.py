@@ -3,7 +3,7 @@
 For each sentence: its length and speaking rate (mel frames per token, from the predicted durations), and,
 when pocketsphinx is installed (the ``listen`` extra), the character
 error rate (CER) of what an offline recognizer hears, next to the recognizer's CER on the real
-recordings of the same sentences (the ceiling: the recognizer itself errs ~16% on LJSpeech). Writes
+recordings of the same sentences (the ceiling: the recognizer itself errs on real speech). Writes
 a plot per sentence of the frames each token got (matplotlib, labelled axes) that a person can look at.
 """
 

@@ -1,7 +1,7 @@
 """Warm-up of the compiled steps: trace and first-call every function before training, leaving no trace.
 
 Tracing alone leaves TF's graph optimisation (grappler, kernel creation) to the first real call of each
-shape, a few seconds each: that is what made early steps of every bucket slow. So each function is traced
+shape, a few seconds each, which would make the first steps of every bucket slow. So each function is traced
 (``get_concrete_function`` on a dummy batch of its own signature, through its monitor wrapper, which
 therefore sees and counts the trace) and then *called* on that batch, the calls running in a thread while
 the next function traces. Every variable a step can change (model, optimizer incl. iterations and loss
