@@ -224,7 +224,7 @@ def track_listed_layers(root: keras.layers.Layer) -> None:
     """Make layers held in Python lists (``self.blocks = [...]``) checkpoint children.
 
     Keras 3 tracks them for ``.variables`` but not for ``tf.train.Checkpoint``: without this, a
-    checkpoint silently saves only the directly assigned layers (25 of 122 tiny-model variables) and a
+    checkpoint silently saves only the directly assigned layers (a small part of the model's variables) and a
     restore leaves every transformer block at its random initialisation. Each item becomes the child
     ``<attribute>_<index>``.
     """
