@@ -175,6 +175,7 @@ def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:
     return voices
 
 
+# the limits' defaults are ServerLimits' (tested), written out so the CLI starts without importing TensorFlow
 @click.command("serve")
 @click.option("--run", "run_dir", required=True, type=click.Path(file_okay=False), help="Training run directory.")
 @click.option("--voice", "voice_specs", multiple=True, required=True, metavar="NAME=CLIP",
@@ -186,25 +187,44 @@ def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:
 @click.option("--batch-size", type=click.IntRange(min=1), default=4, show_default=True,
               help="Sentences (of any requests) decoded together in one compiled call.")
 @click.option("--max-characters", type=click.IntRange(min=1), default=4096, show_default=True,
-              help="Longest input a request may send.")
+              help="Longest input a request may send, in characters (400 beyond).")
+@click.option("--max-pieces", type=click.IntRange(min=1), default=128, show_default=True,
+              help="Most pieces (sentences, or parts of long ones) one request may split into (400 beyond).")
+@click.option("--max-body-bytes", type=click.IntRange(min=1), default=65536, show_default=True,
+              help="Largest request body (413 beyond, decided from Content-Length or while reading).")
+@click.option("--body-timeout", type=click.FloatRange(min=0, min_open=True), default=10.0,
+              show_default=True, help="Seconds a client may take to send its request body (408 after).")
+@click.option("--max-requests-in-flight", type=click.IntRange(min=1), default=64,
+              show_default=True, help="Requests accepted and not yet finished (429 with Retry-After beyond).")
+@click.option("--max-queued-pieces", type=click.IntRange(min=1), default=512,
+              show_default=True, help="Pieces accepted and not yet delivered, all requests together (429 with "
+                                      "Retry-After beyond).")
+@click.option("--send-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0,
+              show_default=True, help="Seconds one piece's audio may take to reach the client; a client that stops "
+                                      "reading is dropped and its pieces freed.")
 @vocoder_option()
 @clean_errors(ValueError, OSError)
-def serve_command(run_dir, voice_specs, host, port, batch_size, max_characters, vocoder_path) -> None:
+def serve_command(run_dir, voice_specs, host, port, batch_size, max_characters, max_pieces, max_body_bytes,
+                  body_timeout, max_requests_in_flight, max_queued_pieces, send_timeout, vocoder_path) -> None:
     """An HTTP server: OpenAI-compatible POST /v1/audio/speech streamed sentence by sentence, GET /health
-    (needs the serve extra: pip install -e '.[serve]')."""
+    (needs the serve extra: pip install -e '.[serve]'). Every limit is answered in OpenAI's error shape."""
     try:
         from myxtts.synthesis.http import serve
     except ImportError as err:
         raise ValueError(f"myxtts serve needs FastAPI and uvicorn ({err}): pip install -e '.[serve]'.") from None
     from myxtts.synthesis import Synthesizer
+    from myxtts.synthesis.server_limits import ServerLimits
     from myxtts.synthesis.serving import SpeechEngine
 
+    limits = ServerLimits(max_body_bytes=max_body_bytes, body_timeout=body_timeout, max_characters=max_characters,
+                          max_pieces=max_pieces, max_requests_in_flight=max_requests_in_flight,
+                          max_queued_pieces=max_queued_pieces, send_timeout=send_timeout)  # before the model loads
     voices = _voices(voice_specs)
     from myxtts.vocoder.neural import load_vocoder
 
     synthesizer = Synthesizer.from_run(run_dir, batch_size=batch_size)
     synthesizer.vocoder = load_vocoder(vocoder_path, synthesizer.cfg.audio, f"the acoustic model {run_dir}")
-    engine = SpeechEngine(synthesizer, voices, batch_size=batch_size, max_characters=max_characters)
+    engine = SpeechEngine(synthesizer, voices, batch_size=batch_size, limits=limits)
     click.echo(f"warm-up: {engine.compiles_at_warmup} compiled functions in {engine.warmup_seconds:.1f} s; voices "
                f"{sorted(voices)}; serving on http://{host}:{port} (POST /v1/audio/speech, GET /health)")
     serve(engine, host=host, port=port)

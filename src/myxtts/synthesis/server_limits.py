@@ -1,0 +1,49 @@
+"""The limits that keep ``myxtts serve`` bounded under abuse, each answered in OpenAI's error shape.
+
+    max_body_bytes          a request body larger than this: 413, decided from Content-Length or while reading,
+                            before anything is parsed
+    body_timeout            seconds a client may take to send its whole body: 408 after that
+    max_characters          input characters per request: 400
+    max_pieces              pieces (``Synthesizer.split``) per request: 400 (one short sentence per piece would
+                            otherwise let a 4 KB request queue a thousand decodes)
+    max_requests_in_flight  requests accepted and not yet finished: 429 with Retry-After beyond it
+    max_queued_pieces       pieces accepted and not yet delivered (pending, decoding, vocoding): 429 with
+                            Retry-After when a request would take the backlog beyond it
+    send_timeout            seconds one piece's audio may take to reach a client: a client that stops reading is
+                            dropped and its remaining pieces freed
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    # 4096 characters, each at most 12 bytes of JSON escapes (a surrogate pair), fit in 48 KB; 64 KB leaves room
+    # for the other fields
+    max_body_bytes: int = 65536
+    body_timeout: float = 10.0
+    max_characters: int = 4096
+    max_pieces: int = 128
+    max_requests_in_flight: int = 64
+    max_queued_pieces: int = 512
+    send_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_characters", "max_pieces", "max_requests_in_flight",
+                     "max_queued_pieces"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"Server limit {name} must be a positive whole number, got {getattr(self, name)!r}.")
+        for name in ("body_timeout", "send_timeout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"Server limit {name} must be a positive number of seconds, got {value!r}.")
+        if self.max_pieces > self.max_queued_pieces:
+            # a request the size of max_pieces would be refused with 429 forever, even on an idle server
+            raise ValueError(f"max_pieces ({self.max_pieces}) must not exceed max_queued_pieces "
+                             f"({self.max_queued_pieces}).")
+
+    def as_dict(self) -> dict:
+        return asdict(self)

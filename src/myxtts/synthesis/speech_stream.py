@@ -1,0 +1,146 @@
+"""One request's audio, piece by piece, handed from the engine's threads to whoever sends it.
+
+The engine's threads ``deliver`` each piece's waveform (or the error that failed it) in any order; the consumer
+takes them in order, each followed by its pause, as 16-bit PCM: ``pcm16()`` blocks a thread, ``next_chunk()``
+awaits on an event loop without holding any thread (the HTTP server's streams). A stream is finished when its
+last piece is taken or when it is cancelled; either way ``on_finish`` runs once, which is how the engine counts
+requests in flight. A cancelled stream drops what it holds and refuses later deliveries, so a departed client's
+audio does not pile up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Callable, Iterator
+
+import numpy as np
+
+from myxtts.synthesis.text_split import TextPiece
+
+
+def to_pcm16(waveform: np.ndarray) -> bytes:
+    return (np.clip(waveform, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+
+
+def _set_from_thread(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
+    try:
+        loop.call_soon_threadsafe(event.set)
+    except RuntimeError:  # the loop is closed: its waiter is gone with it
+        pass
+
+
+class SpeechStream:
+    def __init__(self, pieces: list[TextPiece], sample_rate: int, on_finish: Callable[["SpeechStream"], None]
+                 | None = None):
+        self.pieces, self.sample_rate = pieces, sample_rate
+        self.cancelled = False
+        self.submitted = time.perf_counter()
+        self.first_audio: float | None = None  # perf_counter when the first piece was ready
+        self._delivered: dict[int, "np.ndarray | BaseException"] = {}
+        self._next = 0  # the index of the next piece to hand out
+        self._changed = threading.Condition()
+        self._wakers: list[Callable[[], None]] = []  # async consumers waiting for a delivery or a cancel
+        self._on_finish = on_finish
+        self._finished = False
+
+    # ---- the engine's side --------------------------------------------------------------------------
+    def deliver(self, index: int, audio: "np.ndarray | BaseException") -> None:
+        with self._changed:
+            if self.cancelled:
+                return  # nobody will take it: do not keep it
+            if self.first_audio is None and index == 0:
+                self.first_audio = time.perf_counter()
+            self._delivered[index] = audio
+            self._changed.notify_all()
+            wakers, self._wakers = self._wakers, []
+        for wake in wakers:
+            wake()
+
+    def cancel(self) -> None:
+        """The client went away (or will not be served): drop what is held; the engine skips the rest."""
+        with self._changed:
+            self.cancelled = True
+            self._delivered.clear()
+            self._changed.notify_all()
+            wakers, self._wakers = self._wakers, []
+        for wake in wakers:
+            wake()
+        self._finish()
+
+    def taken(self) -> int:
+        """Pieces handed to the consumer so far."""
+        return self._next
+
+    def ready(self) -> int:
+        """Pieces delivered and not yet taken."""
+        with self._changed:
+            return len(self._delivered)
+
+    # ---- the consumer's side ------------------------------------------------------------------------
+    def _take_locked(self) -> "bytes | None | BaseException | bool":
+        """The next chunk if ready, None at the end, False if not ready yet (the caller holds the lock)."""
+        if self.cancelled or self._next >= len(self.pieces):
+            return None
+        if self._next not in self._delivered:
+            return False
+        audio = self._delivered.pop(self._next)
+        if isinstance(audio, BaseException):
+            return audio
+        pause = np.zeros([int(round(self.pieces[self._next].pause_after * self.sample_rate))], np.float32)
+        self._next += 1
+        return to_pcm16(np.concatenate([audio, pause]))
+
+    def _result(self, taken: "bytes | None | BaseException") -> "bytes | None":
+        if isinstance(taken, BaseException):
+            self.cancel()
+            raise taken
+        if taken is None or self._next >= len(self.pieces):
+            self._finish()
+        return taken
+
+    def pcm16(self, timeout: float | None = None) -> Iterator[bytes]:
+        """Each piece's audio then its pause, in order (blocking); raises what the engine raised, ``TimeoutError``
+        when a piece takes longer than ``timeout`` seconds."""
+        while True:
+            with self._changed:
+                if not self._changed.wait_for(self._take_locked_peek, timeout=timeout):
+                    raise TimeoutError(f"no audio for piece {self._next} within {timeout} s")
+                taken = self._take_locked()
+            chunk = self._result(taken)
+            if chunk is None:
+                return
+            yield chunk
+
+    def _take_locked_peek(self) -> bool:
+        return self.cancelled or self._next >= len(self.pieces) or self._next in self._delivered
+
+    async def next_chunk(self, timeout: float) -> "bytes | None":
+        """The next piece's audio and pause, None at the end or once cancelled; awaits on the running loop
+        (no thread held); ``TimeoutError`` when the piece takes longer than ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            event = asyncio.Event()
+            with self._changed:
+                taken = self._take_locked()
+                if taken is False:
+                    self._wakers.append(lambda: _set_from_thread(loop, event))
+            if taken is not False:
+                return self._result(taken)
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise TimeoutError(f"no audio for piece {self._next} within {timeout} s")
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except asyncio.TimeoutError:
+                raise TimeoutError(f"no audio for piece {self._next} within {timeout} s") from None
+
+    def _finish(self) -> None:
+        with self._changed:
+            if self._finished:
+                return
+            self._finished = True
+        if self._on_finish is not None:
+            self._on_finish(self)

@@ -1,0 +1,253 @@
+"""`myxtts serve` under abuse: every limit answered in OpenAI's error shape, over real HTTP on localhost.
+
+One server with tight limits; where a test needs a backlog, the real engine thread is held inside its next decode
+(``engine_held``) so the pieces stay queued for as long as the test looks at them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import sys
+import threading
+import time
+from typing import Iterator
+
+import pytest
+
+from conftest import bundled_wavs
+from test_export import parallel_run  # noqa: F401  (the fixture: a parallel run with plausible durations)
+from test_serve import TRANSCRIPTS, _health, _post, running_server
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+
+def _limits():
+    from myxtts.synthesis.server_limits import ServerLimits
+
+    return ServerLimits(max_body_bytes=4096, body_timeout=2.0, max_characters=600, max_pieces=8,
+                        max_requests_in_flight=2, max_queued_pieces=10, send_timeout=2.0)
+
+
+@pytest.fixture(scope="module")
+def bounded(parallel_run):  # noqa: F811
+    from myxtts.synthesis import Synthesizer
+    from myxtts.synthesis.serving import SpeechEngine
+
+    synthesizer = Synthesizer.from_run(parallel_run, batch_size=4)
+    engine = SpeechEngine(synthesizer, {"linda": bundled_wavs(1)[0]}, batch_size=4, limits=_limits())
+    with running_server(engine) as url:
+        yield url, engine
+
+
+@contextlib.contextmanager
+def engine_held(engine) -> Iterator[threading.Event]:
+    """The engine thread stops inside its next decode until the block ends; yields an event set once it is there."""
+    inside, release = threading.Event(), threading.Event()
+    real = engine.synthesizer.decode_tokens
+
+    def held(*args, **kwargs):
+        inside.set()
+        release.wait(60)
+        return real(*args, **kwargs)
+
+    engine.synthesizer.decode_tokens = held
+    try:
+        yield inside
+    finally:
+        release.set()
+        del engine.synthesizer.decode_tokens  # the class's method again
+
+
+def _wait_until(condition, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not come true"
+        time.sleep(0.05)
+
+
+def _idle(engine) -> bool:
+    backlog = engine.backlog()
+    return backlog["requests_in_flight"] == 0 and engine.queued() == 0
+
+
+def _raw_exchange(url: str, request: bytes, timeout: float = 20) -> tuple[int, dict, bytes]:
+    """Send ``request`` as is and read the answer until the server closes the connection."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as connection:
+        connection.sendall(request)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), {key.lower(): value for key, value in headers.items()}, body
+
+
+def _error_of(payload: bytes) -> dict:
+    error = json.loads(payload)["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    return error
+
+
+def test_a_huge_content_length_is_refused_before_the_body_is_read(bounded):
+    url, engine = bounded
+    status, headers, payload = _raw_exchange(url, b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\n"
+                                                  b"Content-Type: application/json\r\nContent-Length: 1000000000\r\n"
+                                                  b"\r\n{\"input\":")
+    assert status == 413 and headers["content-type"] == "application/json"
+    assert _error_of(payload)["code"] == "request_too_large"
+    assert _health(url)["status"] == "ok"
+
+
+def test_a_chunked_body_is_refused_as_soon_as_it_passes_the_limit(bounded):
+    url, _ = bounded
+    body = json.dumps({"input": "Hello there. " * 400, "voice": "linda"}).encode()  # no Content-Length
+    chunks = b"".join(f"{len(body[i:i + 1000]):x}\r\n".encode() + body[i:i + 1000] + b"\r\n"
+                      for i in range(0, len(body), 1000))
+    status, _, payload = _raw_exchange(url, b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\n"
+                                            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                            + chunks + b"0\r\n\r\n")
+    assert status == 413 and _error_of(payload)["code"] == "request_too_large"
+
+
+def test_a_body_that_stops_arriving_is_answered_408(bounded):
+    url, _ = bounded
+    status, _, payload = _raw_exchange(url, b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\n"
+                                            b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"input\":")
+    assert status == 408 and _error_of(payload)["code"] == "timeout"
+
+
+@pytest.mark.parametrize("text, says", [
+    ("Go. " * 20, "splits into 20 pieces"),  # 80 characters, 20 decodes
+    ("It said " + "abracadabra" * 30 + " twice.", "alone is longer"),
+    ("Hello. Привет, как дела? Goodbye.", "'Привет, как дела?' cannot be spoken"),
+])
+def test_input_the_server_will_not_say_is_400_naming_why(bounded, text, says):
+    url, engine = bounded
+    status, headers, payload = _post(url, {"input": text, "voice": "linda"})
+    assert status == 400 and headers["content-type"] == "application/json", payload
+    error = _error_of(payload)
+    assert error["param"] == "input" and error["type"] == "invalid_request_error" and says in error["message"]
+    assert engine.queued() == 0
+
+
+def test_punctuation_alone_is_the_only_text_left_out(bounded):
+    _, engine = bounded
+    pieces = engine.synthesizer.split(f"{TRANSCRIPTS[0]} ... {TRANSCRIPTS[3]}")
+    assert [piece.text for piece in pieces] == [TRANSCRIPTS[0], TRANSCRIPTS[3]]
+
+
+def _busy_answer(url: str, text: str = TRANSCRIPTS[1]) -> dict:
+    status, headers, payload = _post(url, {"input": text, "voice": "linda", "response_format": "pcm"})
+    assert status == 429, payload
+    assert int(headers["retry-after"]) >= 1
+    error = _error_of(payload)
+    assert error["type"] == "requests" and error["code"] == "rate_limit_exceeded"
+    return error
+
+
+def test_requests_past_the_in_flight_limit_get_429_with_retry_after(bounded):
+    url, engine = bounded
+    with engine_held(engine) as inside:
+        held = [engine.submit(TRANSCRIPTS[i], "linda") for i in (0, 3)]  # the limit: 2
+        inside.wait(60)
+        assert "2 requests in flight" in _busy_answer(url)["message"]
+        for stream in held:
+            stream.cancel()
+    _wait_until(lambda: _idle(engine))
+    status, _, _ = _post(url, {"input": TRANSCRIPTS[1], "voice": "linda", "response_format": "pcm"})
+    assert status == 200 and _idle(engine)
+
+
+def test_pieces_past_the_queue_limit_get_429_and_health_shows_the_backlog(bounded):
+    url, engine = bounded
+    text = " ".join(f"Sentence number {word}." for word in "one two three four five six seven eight".split())
+    with engine_held(engine) as inside:
+        stream = engine.submit(text, "linda")
+        assert len(stream.pieces) == 8
+        inside.wait(60)
+        health = _health(url)
+        assert health["backlog"] == {"pending": 4, "decoding": 4, "vocoding": 0, "requests_in_flight": 1,
+                                     "ready_unsent": 0}
+        assert health["queued_pieces"] == 8 and health["limits"] == _limits().as_dict()
+        assert "8 pieces queued" in _busy_answer(url, "Come here. Sit down. Wait.")["message"]  # 8 + 3 > 10
+        stream.cancel()  # its pending pieces are freed at once
+        assert engine.backlog()["pending"] == 0
+    _wait_until(lambda: _idle(engine))
+
+
+def _threads_waiting_on_streams() -> list[str]:
+    waiting = []
+    for thread_id, frame in sys._current_frames().items():
+        while frame is not None:
+            if frame.f_code.co_name in ("pcm16", "next_chunk"):
+                waiting.append(str(thread_id))
+                break
+            frame = frame.f_back
+    return waiting
+
+
+def test_open_streams_wait_without_holding_a_thread(bounded):
+    url, engine = bounded
+    host, port = url.removeprefix("http://").split(":")
+    body = json.dumps({"input": TRANSCRIPTS[0], "voice": "linda"}).encode()
+    with engine_held(engine) as inside, contextlib.ExitStack() as clients:
+        for _ in range(2):
+            connection = clients.enter_context(socket.create_connection((host, int(port)), timeout=20))
+            connection.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                               + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            assert connection.recv(64).startswith(b"HTTP/1.1 200")
+        inside.wait(60)
+        assert engine.backlog()["requests_in_flight"] == 2 and _threads_waiting_on_streams() == []
+    _wait_until(lambda: _idle(engine))  # both clients left: their streams are cancelled
+
+
+def test_a_client_that_stops_reading_is_dropped_and_its_pieces_freed(bounded):
+    """The response's own ASGI calls, with a client whose buffers are full after the first piece (over a real
+    socket the kernel's buffers would first take megabytes of audio)."""
+    from myxtts.synthesis.http import _response_class
+
+    _, engine = bounded
+    long_text = ""
+    for text in TRANSCRIPTS:  # as many pieces as the limits allow
+        candidate = f"{long_text} {text}".strip()
+        if len(candidate) > 600 or len(engine.synthesizer.split(candidate)) > 8:
+            break
+        long_text = candidate
+    stream = engine.submit(long_text, "linda")
+    assert len(stream.pieces) > 3
+    sent = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+        if len(sent) > 2:  # the headers and the first piece went out; then nothing is read any more
+            await asyncio.Event().wait()
+
+    async def receive() -> dict:
+        await asyncio.Event().wait()  # the client neither sends nor leaves
+
+    response = _response_class()(stream, "audio/pcm", {}, b"", engine.limits.send_timeout)
+    asyncio.run(asyncio.wait_for(response({"type": "http"}, receive, send), 60))
+    assert stream.cancelled and stream.taken() < len(stream.pieces)
+    assert [message.get("more_body") for message in sent[1:]] == [True, True]  # never a clean end
+    _wait_until(lambda: _idle(engine) and engine.backlog()["ready_unsent"] == 0)
+
+
+def test_serve_takes_every_limit_as_an_option_with_the_engine_defaults(tmp_path):
+    from click.testing import CliRunner
+
+    from myxtts.cli import main
+    from myxtts.cli.synth_commands import serve_command
+    from myxtts.synthesis.server_limits import ServerLimits
+
+    options = {param.name: param.default for param in serve_command.params}
+    assert {name: options[name] for name in ServerLimits().as_dict()} == ServerLimits().as_dict()
+    clip = str(bundled_wavs(1)[0])
+    result = CliRunner().invoke(main, ["serve", "--run", str(tmp_path), "--voice", f"linda={clip}",
+                                       "--max-pieces", "600", "--max-queued-pieces", "500"])
+    assert result.exit_code == 2 and "max_pieces (600) must not exceed max_queued_pieces (500)" in result.output
