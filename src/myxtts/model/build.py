@@ -1,6 +1,6 @@
 """Building the model a config asks for: ``build_model(cfg, vocab_size)`` -> a ``TTSModel`` (model/tts.py) with
-the parallel decoder (model/parallel.py, the default) or the autoregressive one (model/autoregressive.py), every
-variable created."""
+the parallel decoder (model/parallel_decoder.py, the default) or the autoregressive one
+(model/autoregressive_decoder.py), every variable created."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.config import Config
-from myxtts.model.autoregressive import AutoregressiveTTSModel
-from myxtts.model.parallel import ParallelTTSModel
+from myxtts.model.autoregressive_decoder import AutoregressiveTTSModel
+from myxtts.model.parallel_decoder import ParallelTTSModel
 from myxtts.model.presets import ModelDims, resolve_dims
 from myxtts.model.tts import TTSModel
 

@@ -14,9 +14,10 @@ Where a batch is consumed (``TTSModel.call``)::
 
 At synthesis the hard alignment comes from the predicted durations instead (``durations_from_log`` +
 ``alignment_from_durations``); nothing attends freely over the text, so the output can neither skip nor repeat.
-The decoder is the one difference between the two models: ``ParallelTTSModel`` (model/parallel.py, the default)
-predicts every frame at once with residual dilated convolutions; ``AutoregressiveTTSModel``
-(model/autoregressive.py) produces r frames per step from its previous ones.
+The decoder is the one difference between the two models: ``ParallelTTSModel`` (model/parallel_decoder.py, the
+default) predicts every frame at once with residual dilated convolutions; ``AutoregressiveTTSModel``
+(model/autoregressive_decoder.py) produces r frames per step from its previous ones. Both share the postnet
+(model/postnet.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import keras
 import tensorflow as tf
 
 from myxtts.model.alignment import AlignmentEncoder, durations_from_alignment, monotonic_alignment_search
-from myxtts.model.decoder import Postnet
+from myxtts.model.postnet import Postnet
 from myxtts.model.durations import DurationPredictor, alignment_from_durations, length_regulate
 from myxtts.model.encoders import ConditioningEncoder, TextEncoder
 from myxtts.model.layers import SiteCounter, length_mask, static_or_dynamic_dim, track_listed_layers

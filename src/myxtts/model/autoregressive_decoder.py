@@ -1,4 +1,5 @@
-"""The autoregressive mel decoder (``model.decoder: autoregressive``) and the postnet both decoders share.
+"""The autoregressive model (``model.decoder: autoregressive``): its mel decoder and ``AutoregressiveTTSModel``,
+which is ``TTSModel`` (model/tts.py) with this decoder.
 
 The autoregressive decoder reads the text only through the duration-expanded frames, as Non-Attentive Tacotron
 and DurIAN do: decoder step s (r frames, ``model.reduction_factor``) gets the text encodings of its own frames
@@ -15,7 +16,8 @@ import tensorflow as tf
 
 from myxtts.model.layers import (SiteCounter, TransformerBlock, length_mask, sinusoid_table, stateless_dropout,
                                  static_or_dynamic_dim)
-from myxtts.model.presets import POSTNET_KERNEL, PRENET_DROPOUT, ModelDims
+from myxtts.model.presets import PRENET_DROPOUT, ModelDims
+from myxtts.model.tts import TTSModel
 
 # the prenet keeps its dropout at synthesis (Tacotron 2 does): the decoder then reads its own outputs through
 # the same noisy bottleneck it was trained with; a fixed seed makes synthesis reproducible
@@ -135,24 +137,17 @@ class AutoregressiveDecoder(keras.layers.Layer):
         return mel * tf.cast(frame_mask[..., None], tf.float32)
 
 
-class Postnet(keras.layers.Layer):
-    """Residual conv stack refining mel_before; padded frames are zeroed after every layer."""
+class AutoregressiveTTSModel(TTSModel):
+    """``TTSModel`` with the autoregressive decoder. The text reaches it only through the durations, so alignment,
+    durations and synthesis lengths work exactly as in the parallel one; only ``run_decoder`` differs."""
 
-    def __init__(self, dims: ModelDims, sites: SiteCounter, **kwargs):
-        # autocast off: the residual adds to the float32 mel_before, which must not be rounded to float16
-        super().__init__(autocast=False, **kwargs)
-        self.convs = [keras.layers.Conv1D(dims.postnet_channels, POSTNET_KERNEL, padding="same",
-                                          activation="tanh", name=f"conv_{i}")
-                      for i in range(dims.postnet_layers - 1)]
-        self.convs.append(keras.layers.Conv1D(dims.n_mels, POSTNET_KERNEL, padding="same", name="conv_out"))
-        self.rate, self.site = dims.dropout, sites()
+    decoder_type = "autoregressive"
 
-    def call(self, mel_before, frame_mask, training=False, seed=None):
-        """mel_before ``[B, T, n_mels]`` float32; frame_mask ``[B, T]`` bool -> mel_after ``[B, T, n_mels]``."""
-        mask = tf.cast(frame_mask[..., None], self.compute_dtype)
-        x = tf.cast(mel_before, self.compute_dtype) * mask
-        for index, conv in enumerate(self.convs):
-            x = conv(x) * mask
-            if index < len(self.convs) - 1:
-                x = stateless_dropout(x, self.rate, training, seed, self.site * 16 + index)
-        return (mel_before + tf.cast(x, tf.float32)) * tf.cast(mask, tf.float32)
+    def make_decoder(self, dims: ModelDims, sites: SiteCounter) -> keras.layers.Layer:
+        return AutoregressiveDecoder(dims, sites, name="decoder")
+
+    def run_decoder(self, frames, frame_mask, latents, target_mel=None, training=False, seed=None):
+        """Teacher-forced on ``target_mel`` when given (training, validation), free-running without it."""
+        if target_mel is None:
+            return self.decoder.generate(frames, frame_mask, latents)
+        return self.decoder(frames, frame_mask, latents, target_mel, training=training, seed=seed)
