@@ -65,8 +65,8 @@ def _response_class():
             self.status_code, self.media_type, self.background = 200, media_type, None
             self.init_headers({**headers, "content-type": media_type})
 
-        async def _send_chunk(self, send: Any, chunk: bytes) -> None:
-            message = {"type": "http.response.body", "body": chunk, "more_body": True}
+        async def _send_chunk(self, send: Any, chunk: bytes, more: bool = True) -> None:
+            message = {"type": "http.response.body", "body": chunk, "more_body": more}
             try:
                 await asyncio.wait_for(send(message), self.send_timeout)
             except asyncio.TimeoutError:
@@ -86,7 +86,7 @@ def _response_class():
                 while (chunk := await self.stream.next_chunk(PIECE_READY_TIMEOUT)) is not None:
                     await self._send_chunk(send, chunk)
                 if not self.stream.cancelled:
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    await self._send_chunk(send, b"", more=False)
             except Exception as err:  # noqa: BLE001  a slow client, a stuck or failed engine: end this stream only
                 LOG.warning("speech stream dropped after %d of %d pieces: %s", self.stream.taken(),
                             len(self.stream.pieces), err)
