@@ -342,7 +342,7 @@ def main() -> None:
 
     from learning_eval import plot
 
-    from myxtts.evaluation.listening import recognizer_available
+    from myxtts.evaluation.listening_measures import recognizer_available
     from myxtts.training import run
 
     if not recognizer_available():

@@ -82,7 +82,7 @@ def ceiling(cfg, entries, similarity: bool) -> dict:
     """CER (and Resemblyzer similarity, leave-one-out per speaker) of the recordings and of their mel +
     Griffin-Lim resynthesis: what a perfect mel can reach through this vocoder."""
     from myxtts.audio import MelFrontend, load_audio
-    from myxtts.evaluation.listening import listen
+    from myxtts.evaluation.listening_measures import listen
     from myxtts.evaluation.speaker_encoder import reference_similarity
     from myxtts.vocoder import GriffinLim
 
@@ -155,7 +155,7 @@ def measure(synthesizer, entries, pool, judge: SpeakerJudge | None, batch_size: 
     """One split's figures at one checkpoint: means, then per-sentence items."""
     from myxtts.audio import load_audio
     from myxtts.evaluation.evaluate import pick_reference
-    from myxtts.evaluation.listening import listen
+    from myxtts.evaluation.listening_measures import listen
     from myxtts.evaluation.metrics import mel_cepstral_distortion
 
     rate = synthesizer.sample_rate
@@ -183,9 +183,9 @@ def measure(synthesizer, entries, pool, judge: SpeakerJudge | None, batch_size: 
 
 def voice_match(synthesizer, held_out, pool, texts: int, batch_size: int) -> dict | None:
     """Multi-speaker corpora: held-out texts spoken with a reference clip of every voice; is each output nearest
-    its voice (pitch + cepstral embedding, ``listening.speaker_match``; absolute and per-text relative)?"""
+    its voice (pitch + cepstral embedding, ``listening_measures.speaker_match``; absolute and per-text relative)?"""
     from myxtts.audio import load_audio
-    from myxtts.evaluation.listening import speaker_match
+    from myxtts.evaluation.listening_measures import speaker_match
 
     speakers = sorted({e.speaker for e in pool})
     held_ids = {e.id for e in held_out}

@@ -79,7 +79,7 @@ def judge(waves: list[np.ndarray], recordings: list[np.ndarray], texts: list[str
     """Every metric of ``vocoder_metrics`` per clip (waves and recordings sample-aligned), and their means;
     ``reference_free``: waves that are not resyntheses of the recordings (only CER, similarity, naturalness)."""
     import vocoder_metrics as metrics
-    from myxtts.evaluation.listening import listen
+    from myxtts.evaluation.listening_measures import listen
     from myxtts.evaluation.metrics import mel_cepstral_distortion
 
     per_clip: dict[str, list[float]] = {key: [] for key in QUALITY_KEYS}

@@ -61,7 +61,7 @@ def main() -> None:
     from myxtts.data.espeak_corpus import (HELD_OUT_VOICES, VOICES, bundled_sentences, read_transcripts,
                                            render_corpus, select_sentences)
     from myxtts.evaluation.evaluate import machine_description
-    from myxtts.evaluation.listening import listen, recognizer_available
+    from myxtts.evaluation.listening_measures import listen, recognizer_available
     from myxtts.evaluation.speaker_encoder import speaker_encoder_available, voice_embedding
     from myxtts.synthesis import Synthesizer
 

@@ -11,8 +11,9 @@ import pytest
 import soundfile
 
 from conftest import BUNDLED_CORPUS
-from myxtts.evaluation.listening import (character_error_rate, corpus_character_error_rate, edit_distance, normalize_for_cer,
-                              recognizer_available, speaker_embedding, speaker_match, transcribe)
+from myxtts.evaluation.listening_measures import (character_error_rate, corpus_character_error_rate, edit_distance,
+                                                 normalize_for_cer, recognizer_available, speaker_embedding,
+                                                 speaker_match, transcribe)
 
 requires_recognizer = pytest.mark.skipif(not recognizer_available(),
                                          reason="pocketsphinx not installed (pip install 'myxtts[listen]')")
@@ -64,13 +65,13 @@ def test_normalize_for_cer_keeps_only_spoken_characters() -> None:
 
 
 def test_missing_recognizer_names_the_extra(monkeypatch) -> None:
-    from myxtts.evaluation import listening
+    from myxtts.evaluation import listening_measures
 
-    listening._decoder.cache_clear()
+    listening_measures._decoder.cache_clear()
     monkeypatch.setitem(sys.modules, "pocketsphinx", None)  # import fails as if not installed
     with pytest.raises(RuntimeError, match=r"'listen' extra"):
         transcribe(np.zeros(16000, np.float32), 16000)
-    listening._decoder.cache_clear()
+    listening_measures._decoder.cache_clear()
 
 
 # ---- the recognizer on real clips -----------------------------------------------------------------

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from myxtts.training.monitor import StepTimer
+from myxtts.training.reporting import StepTimer
 
 
 def _loop(dataset: tf.data.Dataset, step_seconds: float, steps: int = 40) -> tuple[StepTimer, float]:

@@ -166,16 +166,16 @@ def test_run_dir_holds_the_mel_stats_and_summaries_show_real_log_mels(prepared_c
     normalised with) sits next to vocab.json; the summary images / Griffin-Lim audio get denormalised mels."""
     from myxtts.data.cache import FeatureCache
     from myxtts.data.mel_stats import MelStats
-    from myxtts.training import monitor, run
+    from myxtts.training import reporting, run
 
     captured = []
-    original = monitor.MetricsLog.images_and_audio
+    original = reporting.MetricsLog.images_and_audio
 
     def capture(self, step, mel, target, alignment, audio, sample_rate):
         captured.append((mel, target, audio))
         return original(self, step, mel, target, alignment, audio, sample_rate)
 
-    monkeypatch.setattr(monitor.MetricsLog, "images_and_audio", capture)
+    monkeypatch.setattr(reporting.MetricsLog, "images_and_audio", capture)
     cfg = trainer_config(prepared_cache, data={"num_buckets": 1}, training={
         "max_steps": 2, "summary_every": 2, "validate_every": 100, "log_every": 1, "checkpoint_every": 2})
     run(cfg, tmp_path / "run", progress=False, echo=lambda _: None)

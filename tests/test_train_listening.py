@@ -24,7 +24,7 @@ def _events(folder) -> dict[int, dict[str, str]]:
 
 @pytest.mark.slow
 def test_listening_while_training_parallel_decoder(prepared_cache, tmp_path):
-    from myxtts.evaluation.listening import recognizer_available
+    from myxtts.evaluation.listening_measures import recognizer_available
     from myxtts.training import Trainer
 
     training = {"max_steps": 4, "warmup_steps": 1, "log_every": 2, "validate_every": 2, "checkpoint_every": 4,
@@ -69,7 +69,7 @@ def test_listening_while_training_parallel_decoder(prepared_cache, tmp_path):
 
 def test_sentence_and_reference_choice():
     from myxtts.data.mel_stats import MelStats
-    from myxtts.training.listening import choose_rows, crop_reference, reference_row
+    from myxtts.training.listener import choose_rows, crop_reference, reference_row
 
     speakers = np.array([0, 0, 1, 1, 2, 0])
     assert choose_rows(np.array([1, 3, 5, 4]), speakers, 3) == [1, 3, 4]  # one per speaker first

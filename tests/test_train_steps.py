@@ -144,7 +144,7 @@ def test_unknown_shape_is_refused_not_traced():
 def test_warm_up_runs_every_function_and_restores_every_variable_exactly(precision, accumulation, shapes):
     """Warm-up traces AND runs each step (through the monitor: it counts the traces as warm-up), then puts
     model, optimizer (iterations, moments, loss scale), counters and accumulators back bit for bit."""
-    from myxtts.training.monitor import TraceAccounting
+    from myxtts.training.reporting import TraceAccounting
 
     optimizer = keras.optimizers.Adam(1e-2)
     if precision == "float16":

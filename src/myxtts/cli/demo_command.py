@@ -139,8 +139,8 @@ def _sentences(cfg, split: str, count: int) -> list[tuple[str, Path]]:
 def _listen(cfg, synthesizer, text: str, sentences: list[tuple[str, Path]], reference: Path, run_dir: Path):
     """Alignment and recognizer checks on the demo sentence + training sentences (with their recordings)."""
     from myxtts.audio import load_audio
-    from myxtts.evaluation.listening import recognizer_available
-    from myxtts.evaluation.check import check_speech
+    from myxtts.evaluation.listening_measures import recognizer_available
+    from myxtts.evaluation.speech_check import check_speech
 
     plot_dir = run_dir / "listening"
     plot_dir.mkdir(parents=True, exist_ok=True)

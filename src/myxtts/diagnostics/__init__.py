@@ -11,7 +11,7 @@ Public API::
 
 from myxtts.diagnostics import trace_cost
 from myxtts.diagnostics.events import CAUSES, FIRST_TRACE, JSON_FIELDS, RetraceError, RetraceEvent
-from myxtts.diagnostics.monitor import RetraceMonitor, WatchedFunction
+from myxtts.diagnostics.retrace_monitor import RetraceMonitor, WatchedFunction
 from myxtts.diagnostics.patching import explain_retracing
 
 __all__ = ["CAUSES", "FIRST_TRACE", "JSON_FIELDS", "RetraceError", "RetraceEvent", "RetraceMonitor",

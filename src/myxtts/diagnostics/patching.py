@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import tensorflow as tf
 
-from myxtts.diagnostics.monitor import RetraceMonitor
+from myxtts.diagnostics.retrace_monitor import RetraceMonitor
 
 _SUPPORTED = ((2, 16), (2, 21))  # versions whose Function class was checked; newer ones are tried
 _STATE_LOCK = threading.Lock()

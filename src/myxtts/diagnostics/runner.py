@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from myxtts.diagnostics.events import RetraceError
-from myxtts.diagnostics.monitor import RetraceMonitor
+from myxtts.diagnostics.retrace_monitor import RetraceMonitor
 from myxtts.diagnostics.patching import explain_retracing
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import tensorflow as tf
 
 from myxtts.training.device_feed import DeviceFeed
-from myxtts.training.monitor import MetricsLog, StepTimer
+from myxtts.training.reporting import MetricsLog, StepTimer
 from myxtts.training.stages import StopReason, TrainingClock
 
 

@@ -37,9 +37,9 @@ from myxtts.training.checkpoint import Checkpoints
 from myxtts.training.device_feed import DeviceFeed, default_device
 from myxtts.training.distribute import check_divisible, is_chief, make_strategy
 from myxtts.training.interrupt import StopOnSignals
-from myxtts.training.listening import Listener
+from myxtts.training.listener import Listener
 from myxtts.training.loop_state import LoopState, check_block_alignment
-from myxtts.training.monitor import MetricsLog, StepTimer, TraceAccounting, format_summary
+from myxtts.training.reporting import MetricsLog, StepTimer, TraceAccounting, format_summary
 from myxtts.training.schedule import make_optimizer
 from myxtts.training.stages import StagedRun, StopReason, TrainingClock, progress_bar
 from myxtts.training.steps import TrainingSteps, shape_key

@@ -31,7 +31,7 @@ from myxtts.diagnostics.tf_warning import expected_traces
 from myxtts.locks import lock_cache_for_reading, lock_run_directory
 from myxtts.training.checkpoint import Checkpoints
 from myxtts.training.interrupt import StopOnSignals
-from myxtts.training.monitor import MetricsLog, StepTimer, TraceAccounting
+from myxtts.training.reporting import MetricsLog, StepTimer, TraceAccounting
 from myxtts.training.stages import StagedRun, StopReason, TrainingClock, progress_bar
 
 logger = logging.getLogger(__name__)

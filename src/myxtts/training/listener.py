@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
-from myxtts.training.monitor import MetricsLog, _to_image
+from myxtts.training.reporting import MetricsLog, _to_image
 
 
 @dataclass
@@ -123,7 +123,7 @@ class Listener:
 
     def __call__(self, step: int, metrics: MetricsLog) -> dict[str, Any]:
         """Synthesise, vocode, transcribe and log the sentences; returns the metrics.jsonl record."""
-        from myxtts.evaluation import listening
+        from myxtts.evaluation import listening_measures
 
         started = time.perf_counter()
         sentences, synthesizer, rate = self.sentences, self.synthesizer, self.cfg.audio.sample_rate
@@ -131,7 +131,7 @@ class Listener:
         voices = synthesizer.latents_of([s.reference_mel for s in sentences], [s.reference_length for s in sentences])
         results = synthesizer.decode_tokens([s.tokens for s in sentences], list(voices), batch_size=len(sentences),
                                             texts=[s.text or s.id for s in sentences])
-        recognizer, record, pairs = listening.recognizer_available(), {"step": step}, []
+        recognizer, record, pairs = listening_measures.recognizer_available(), {"step": step}, []
         with metrics.writer("listening").as_default(step=step):
             for index, (sentence, result) in enumerate(zip(sentences, results)):
                 waveform = synthesizer.vocode(result)
@@ -142,12 +142,12 @@ class Listener:
                 limit = result.frames >= self.cfg.data.max_mel_frames or result.ended_by == "maximum length"
                 record.update({f"frames_{index}": result.frames, f"truncated_{index}": int(limit)})
                 if recognizer and sentence.text:
-                    heard = listening.transcribe(waveform, rate)
+                    heard = listening_measures.transcribe(waveform, rate)
                     record.update({f"heard_{index}": heard,
-                                   f"cer_{index}": listening.character_error_rate(sentence.text, heard)})
+                                   f"cer_{index}": listening_measures.character_error_rate(sentence.text, heard)})
                     pairs.append((sentence.text, heard))
         if pairs:
-            record["cer"] = listening.corpus_character_error_rate(*zip(*pairs))
+            record["cer"] = listening_measures.corpus_character_error_rate(*zip(*pairs))
         record.update(seconds=time.perf_counter() - started,
                       traces_after_warmup=synthesizer.tracing_count() - self.traced)
         metrics.write(record, split="listening")

@@ -54,11 +54,11 @@ def check_speech(synthesizer: Any, texts: Sequence[str], reference: Any,
     ``recordings``: the real waveforms of the same texts at the synthesizer's sample rate (None entries for
     texts without one), for the recognizer's ceiling. ``listen``: use the recognizer when installed.
     """
-    from myxtts.evaluation import listening
+    from myxtts.evaluation import listening_measures
 
     sample_rate = synthesizer.cfg.audio.sample_rate
     results = synthesizer.synthesize_detailed(list(texts), reference)
-    use_recognizer = listen and listening.recognizer_available()
+    use_recognizer = listen and listening_measures.recognizer_available()
     check = SpeechCheck(recognizer=use_recognizer)
     recordings = list(recordings) if recordings is not None else [None] * len(results)
     for index, (text, result, recording) in enumerate(zip(texts, results, recordings)):
@@ -68,16 +68,16 @@ def check_speech(synthesizer: Any, texts: Sequence[str], reference: Any,
         if plot_dir is not None:
             item.plot = str(plot_alignment(Path(plot_dir) / f"alignment_{index:02d}.png", alignment, text))
         if use_recognizer:
-            item.heard = listening.transcribe(result.waveform, sample_rate)
-            item.cer = listening.character_error_rate(text, item.heard)
+            item.heard = listening_measures.transcribe(result.waveform, sample_rate)
+            item.cer = listening_measures.character_error_rate(text, item.heard)
             if recording is not None:
-                item.recording_heard = listening.transcribe(recording, sample_rate)
-                item.recording_cer = listening.character_error_rate(text, item.recording_heard)
+                item.recording_heard = listening_measures.transcribe(recording, sample_rate)
+                item.recording_cer = listening_measures.character_error_rate(text, item.recording_heard)
         check.sentences.append(item)
     if use_recognizer:
-        check.cer = listening.corpus_character_error_rate(texts, [s.heard for s in check.sentences])
+        check.cer = listening_measures.corpus_character_error_rate(texts, [s.heard for s in check.sentences])
         with_recording = [s for s in check.sentences if s.recording_heard is not None]
         if with_recording:
-            check.recording_cer = listening.corpus_character_error_rate([s.text for s in with_recording],
-                                                                        [s.recording_heard for s in with_recording])
+            check.recording_cer = listening_measures.corpus_character_error_rate(
+                [s.text for s in with_recording], [s.recording_heard for s in with_recording])
     return check
