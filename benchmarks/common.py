@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -40,34 +39,6 @@ def paired_ratios(numerator: Sequence[float | None], denominator: Sequence[float
     """Round i of one mode over round i of another: the pairs saw about the same load on the shared cores."""
     ratios = [a / b for a, b in zip(numerator, denominator) if a is not None and b]
     return {**spread(ratios), "per_round": ratios}
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (platform.processor() is empty on Linux)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
-def cpu_flags_of_interest() -> list[str]:
-    """The vector-extension flags oneDNN picks its kernels by (AVX2, AVX-512 variants, AMX)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return sorted(f for f in line.split(":", 1)[1].split() if f.startswith(("avx", "amx")))
-    except OSError:
-        pass
-    return []
-
-
-def machine() -> dict[str, Any]:
-    """What a figure depends on besides the code: CPU, cores, the load on them now, Python."""
-    return {"platform": platform.platform(), "cpu_model": cpu_model(), "cpu_flags": cpu_flags_of_interest(),
-            "cores": os.cpu_count(), "python": platform.python_version(), "load_average": list(os.getloadavg())}
 
 
 def tensorflow_environment() -> dict[str, Any]:

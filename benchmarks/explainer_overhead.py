@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 
@@ -20,6 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 from myxtts.diagnostics import RetraceMonitor, explain_retracing  # noqa: E402
+from myxtts.machine import machine  # noqa: E402
 
 
 def make_step(size: int) -> tf.types.experimental.PolymorphicFunction:
@@ -71,8 +71,7 @@ def main() -> None:
     medians = {name: statistics.median(values) for name, values in results.items()}
     report = {
         "benchmark": "explainer_overhead",
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "cpus": os.cpu_count(), "python": platform.python_version(), "tensorflow": tf.__version__},
+        "machine": {**machine(), "tensorflow": tf.__version__},
         "calls": args.calls, "repeats": args.repeats, "matrix_size": args.size,
         "step_ms_min": {name: round(value * 1e3, 4) for name, value in best.items()},
         "step_ms_median": {name: round(value * 1e3, 4) for name, value in medians.items()},

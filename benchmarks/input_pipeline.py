@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -36,16 +35,16 @@ from myxtts.data.cache import FeatureCache  # noqa: E402
 from myxtts.data.pipeline import InputPipeline  # noqa: E402
 from myxtts.data.sources import CacheSource, WavSource  # noqa: E402
 from myxtts.data.prepare import prepare  # noqa: E402
+from myxtts.machine import machine  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = {"cache_vs_baseline": 50.0, "tf_ops_vs_baseline": 2.0, "bucket_mel_fill": 0.95,
            "bucket_text_fill": 0.80, "max_shapes": 16}
 
 
-def machine() -> dict:
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "python": platform.python_version(), "tensorflow": tf.__version__,
-            "numpy": np.__version__, "gpus": len(tf.config.list_physical_devices("GPU"))}
+def machine_and_versions() -> dict:
+    return {**machine(), "tensorflow": tf.__version__, "numpy": np.__version__,
+            "gpus": len(tf.config.list_physical_devices("GPU"))}
 
 
 def measure(dataset: tf.data.Dataset, repeat: int, frames_of) -> dict:
@@ -165,7 +164,7 @@ def main() -> None:
                                 **fill(text, mel, params)}
     judged = fills.get("transcripts", fills["real_clips"])["buckets"]
     report = {
-        "machine": machine(),
+        "machine": machine_and_versions(),
         "data": str(args.data), "clips": len(cache), "repeat": args.repeat,
         "prepare_seconds": round(prepare_seconds, 2), "rejected": prepared.manifest["counts"]["rejected"],
         "throughput": results, "ratios": ratios, "fill": fills,

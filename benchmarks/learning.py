@@ -318,14 +318,14 @@ def new_report(args, minutes: list[float], arms: list[str], data: PreparedData, 
     import tensorflow as tf
     from learning_eval import FOCUS_NOTE, ceiling
 
-    from myxtts.evaluation.evaluate import machine_description
+    from myxtts.machine import machine
 
     cfg = data.cfg
     return {"corpus": args.corpus, "decoder": args.decoder, "data": str(data.corpus), "evaluate_at_minutes": minutes,
             "arms": arms, "init_from": args.init_from, "finetune_set": args.finetune_set,
             "variant_set": args.variant_set,
             "train_clips": args.train_clips,
-            "seeds": args.seeds, "length_scale": args.length_scale, "machine": machine_description(),
+            "seeds": args.seeds, "length_scale": args.length_scale, "machine": machine(),
             "tensorflow": tf.__version__, "env": {key: os.environ.get(key) for key in ENV_KEYS},
             "config": cfg.to_dict(), "schedule_note": data.schedule_note, "focus_note": FOCUS_NOTE,
             "similarity_note": similarity_note,

@@ -37,7 +37,8 @@ import time
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import REPO, emit_result, machine, paired_ratios, run_child, spread, write_report  # noqa: E402
+from common import REPO, emit_result, paired_ratios, run_child, spread, write_report  # noqa: E402
+from myxtts.machine import machine  # noqa: E402
 
 # name -> (TF_ENABLE_ONEDNN_OPTS, grappler options set in the child)
 VARIANTS = {

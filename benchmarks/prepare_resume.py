@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import machine, paired_ratios, spread, write_report  # noqa: E402
+from common import paired_ratios, spread, write_report  # noqa: E402
+from myxtts.machine import machine  # noqa: E402
 from scale import render, write_config  # noqa: E402
 
 

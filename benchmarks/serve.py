@@ -29,7 +29,8 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import REPO, child_environment, machine, spread, write_report  # noqa: E402
+from common import REPO, child_environment, spread, write_report  # noqa: E402
+from myxtts.machine import machine  # noqa: E402
 
 TRANSCRIPTS = REPO.parent / "shared" / "data" / "ljspeech-mini" / "transcripts_all.csv"
 BUNDLED = REPO / "data" / "ljspeech-bundled" / "metadata.csv"

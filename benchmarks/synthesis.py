@@ -106,7 +106,9 @@ def main() -> None:
         sys.exit("Error: --rounds must be >= 1.")
     args.decoders = list(dict.fromkeys(args.decoders))  # a decoder named twice is timed once a round
 
-    from common import machine, paired_ratios, spread
+    from common import paired_ratios, spread
+
+    from myxtts.machine import machine
 
     corpus = REPO / "data" / "ljspeech-bundled"
     lines = [line.split("|") for line in (corpus / "metadata.csv").read_text(encoding="utf-8").splitlines()]

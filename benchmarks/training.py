@@ -50,7 +50,8 @@ from collections import defaultdict
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PersistentChild, emit_result, machine, paired_ratios, spread, write_report  # noqa: E402
+from common import PersistentChild, emit_result, paired_ratios, spread, write_report  # noqa: E402
+from myxtts.machine import machine  # noqa: E402
 
 INPUT_STARTUP_PAUSE = 2.0  # seconds for the pipeline's prefetch buffers to fill before the first round
 MODES = {"a": "a_naive", "b": "b_reduce_retracing", "bx": "b_reduce_retracing_xla", "c": "c_fixed_padding",

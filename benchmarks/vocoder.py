@@ -32,7 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 
-from common import machine, paired_ratios, spread, tensorflow_environment  # noqa: E402
+from common import paired_ratios, spread, tensorflow_environment  # noqa: E402
+from myxtts.machine import machine  # noqa: E402
 
 QUALITY_KEYS = ("naturalness", "cer", "similarity", "pesq_wb", "stoi", "mcd", "f0_rmse", "vuv_f1", "periodicity_rmse")
 

@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, emit_result, machine, paired_ratios, run_child, spread, write_report  # noqa: E402
+from common import REPO, emit_result, paired_ratios, run_child, spread, write_report  # noqa: E402
+from myxtts.machine import machine  # noqa: E402
 
 MODES = ("plain", "autograph")
 

@@ -60,9 +60,9 @@ def main() -> None:
     from myxtts.data.corpus import read_corpus
     from myxtts.data.espeak_corpus import (HELD_OUT_VOICES, VOICES, bundled_sentences, read_transcripts,
                                            render_corpus, select_sentences)
-    from myxtts.evaluation.evaluate import machine_description
     from myxtts.evaluation.listening_measures import listen, recognizer_available
     from myxtts.evaluation.speaker_encoder import speaker_encoder_available, voice_embedding
+    from myxtts.machine import machine
     from myxtts.synthesis import Synthesizer
 
     if not speaker_encoder_available():
@@ -79,7 +79,7 @@ def main() -> None:
         sys.exit(f"Error: {len(sentences)} sentences cannot give {clips_needed} clips and {args.texts} texts.")
     synthesizer = Synthesizer.from_run(args.run, batch_size=args.batch_size, truncate_long=True)
     rate = synthesizer.sample_rate
-    report = {"run": args.run, "machine": machine_description(), "texts": texts, "references": args.references,
+    report = {"run": args.run, "machine": machine(), "texts": texts, "references": args.references,
               "centroid_clips": args.centroid_clips, "groups": {}}
     for group, voices in groups.items():
         rendered = render_corpus(sentences[:clips_needed], voices, Path(args.workdir) / group, jobs=2,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 import time
 from pathlib import Path
 from typing import Any
@@ -32,17 +31,13 @@ from myxtts.audio import load_audio
 from myxtts.config import Config
 from myxtts.data.corpus import CorpusEntry, read_corpus
 from myxtts.evaluation.metrics import attention_diagonality, focus_rate, mel_cepstral_distortion
+from myxtts.machine import machine
 from myxtts.synthesis.synthesizer import Synthesizer
 from myxtts.text import PAD_ID
 
 MEL_BUCKET_MULTIPLE = 64  # teacher-forced frames are padded to multiples of this (few compiled shapes)
 SUMMARY_KEYS = ("mcd_dtw_db", "teacher_forced_mel_l1", "duration_error", "aligner_focus_rate", "aligner_diagonality",
                 "real_time_factor", "length_ratio", "cut_at_maximum")
-
-
-def machine_description() -> dict[str, Any]:
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "python": platform.python_version(), "tensorflow": tf.__version__}
 
 
 def corpus_entries(cfg: Config, data: str | os.PathLike | None) -> tuple[list[CorpusEntry], list[CorpusEntry], str]:
@@ -199,7 +194,8 @@ def evaluate_run(run_dir: str | os.PathLike, data: str | os.PathLike | None = No
             "vocoder": getattr(synthesizer.vocoder, "path", "") or "griffin-lim",
             "summary": summarize(items), "items": items, "synthesis": synthesizer.describe(),
             "decoder_traces": synthesizer.tracing_count(), "seconds": time.perf_counter() - started,
-            "plots": str(plots_dir) if plots_dir is not None else None, "machine": machine_description()}
+            "plots": str(plots_dir) if plots_dir is not None else None,
+            "machine": {**machine(), "tensorflow": tf.__version__}}
 
 
 def format_report(report: dict[str, Any]) -> str:
