@@ -35,7 +35,10 @@ from myxtts.machine import machine
 from myxtts.synthesis.synthesizer import Synthesizer
 from myxtts.text import PAD_ID
 
-MEL_BUCKET_MULTIPLE = 64  # teacher-forced frames are padded to multiples of this (few compiled shapes)
+# teacher-forced frames are padded to multiples of this (few compiled shapes). Finer than synthesis's
+# MEL_BUCKET_MULTIPLE (synthesis/decoding.py): here a shape is compiled only when a clip needs it and runs one clip,
+# so a finer multiple pads less; synthesis traces every bucket up front in warm_up, so it keeps their number small.
+TEACHER_FORCED_FRAME_MULTIPLE = 64
 SUMMARY_KEYS = ("mcd_dtw_db", "teacher_forced_mel_l1", "duration_error", "aligner_focus_rate", "aligner_diagonality",
                 "real_time_factor", "length_ratio", "cut_at_maximum")
 
@@ -104,7 +107,7 @@ class TeacherForcing:
         stats = self.synthesizer.mel_stats
         text_len = self.synthesizer.lengths.text_bucket(len(tokens))
         limit = self.synthesizer.cfg.data.max_mel_frames  # a multiple of the reduction factor (validated)
-        frames = min(math.ceil(mel.shape[0] / MEL_BUCKET_MULTIPLE) * MEL_BUCKET_MULTIPLE, limit)
+        frames = min(math.ceil(mel.shape[0] / TEACHER_FORCED_FRAME_MULTIPLE) * TEACHER_FORCED_FRAME_MULTIPLE, limit)
         true_frames = min(mel.shape[0], frames)
         padded_tokens = np.full([1, text_len], PAD_ID, np.int32)
         padded_tokens[0, : len(tokens)] = tokens

@@ -30,7 +30,7 @@ import tensorflow as tf
 from myxtts.diagnostics.tf_warning import first_trace_expected
 from myxtts.model.durations import durations_from_log
 
-MEL_BUCKET_MULTIPLE = 128
+MEL_BUCKET_MULTIPLE = 128  # frames; coarser than evaluation's TEACHER_FORCED_FRAME_MULTIPLE: every bucket is warmed up
 
 
 class SynthesisLengthError(ValueError):
