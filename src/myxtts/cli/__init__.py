@@ -6,23 +6,12 @@ messages (exit code 2 for bad input), never tracebacks.
 
 from __future__ import annotations
 
-import importlib
-
 import click
 
 from myxtts import __version__
+from myxtts.cli import (corpus_commands, data_commands, demo_command, diag_commands, synth_commands, train_commands,
+                        vocoder_commands)
 from myxtts.runtime import TF_LOG_VARIABLE, quiet_tensorflow_startup
-
-# (module, attribute) pairs registered on the group; a module owns the commands of one concern.
-_COMMAND_MODULES = (
-    "myxtts.cli.data_commands",
-    "myxtts.cli.train_commands",
-    "myxtts.cli.vocoder_commands",
-    "myxtts.cli.synth_commands",
-    "myxtts.cli.diag_commands",
-    "myxtts.cli.demo_command",
-    "myxtts.cli.corpus_commands",
-)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -34,12 +23,9 @@ def main(verbose: bool) -> None:
     quiet_tensorflow_startup(verbose)  # before anything imports TensorFlow
 
 
-for _name in _COMMAND_MODULES:
-    try:
-        _module = importlib.import_module(_name)
-    except ModuleNotFoundError as _err:  # a concern not built yet: its commands are absent
-        if _err.name != _name:
-            raise
-        continue
-    for _command in getattr(_module, "COMMANDS", ()):
+# each module owns the commands of one concern and lists them in COMMANDS; none imports TensorFlow at import time
+# (``main`` quiets TensorFlow's start-up first)
+for _module in (data_commands, train_commands, vocoder_commands, synth_commands, diag_commands, demo_command,
+                corpus_commands):
+    for _command in _module.COMMANDS:
         main.add_command(_command)
