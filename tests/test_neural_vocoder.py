@@ -278,6 +278,9 @@ def test_pack_keeps_the_generator_alone(trained_vocoder, tmp_path):
     result = CliRunner().invoke(main, ["pack", "--run", str(workdir), "--out", str(packed), "--force"])
     assert result.exit_code == 0 and "packed vocoder step 240" in result.output, result.output
     assert [p.name for p in packed.parent.iterdir()] == ["packed"]  # no staging folder left beside it
+    made_here = tmp_path / "probe"
+    made_here.mkdir()
+    assert packed.stat().st_mode & 0o777 == made_here.stat().st_mode & 0o777  # not the staging folder's 0700
     # --with-discriminators: a starting point for fine-tuning, whose trained discriminators a warm start restores
     from myxtts.config import load_config
     from myxtts.vocoder.discriminators import build_discriminators

@@ -144,6 +144,9 @@ def write_staged(out: str | Path, write: Callable[[Path], T]) -> T:
     out_abs = Path(out).resolve()  # a symbolic link's target is replaced, the link stays
     out_abs.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f"{out_abs.name}.tmp-", dir=out_abs.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it private; the output is a folder like any other
     try:
         result = write(staging)
         _swap_in(staging, out_abs)
