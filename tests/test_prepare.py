@@ -296,23 +296,25 @@ def test_a_crashed_build_never_looks_valid(tmp_path: Path, corpus_copy: Path, mo
 
     metadata = corpus_copy / "metadata.csv"
     metadata.write_text("\n".join(metadata.read_text(encoding="utf-8").splitlines()[:4]) + "\n", encoding="utf-8")
-    cfg = config_from_dict({"data": {"corpus_path": str(corpus_copy), "cache_dir": str(tmp_path / "cache"),
-                                     "validation_size": 1}}, base_dir=tmp_path)
-    prepare(cfg, progress=False)
+    raw = {"data": {"corpus_path": str(corpus_copy), "cache_dir": str(tmp_path / "cache"), "validation_size": 1}}
+    cfg = config_from_dict(raw, base_dir=tmp_path)
+    first = prepare(cfg, progress=False)
 
     def crash(*args, **kwargs):
-        raise KeyboardInterrupt("simulated crash while writing the vocabulary")
+        raise KeyboardInterrupt("simulated crash while writing rejected.csv")
 
-    forced = config_from_dict({"data": {"corpus_path": str(corpus_copy), "cache_dir": str(tmp_path / "cache"),
-                                        "validation_size": 1}}, base_dir=tmp_path)
     monkeypatch.setattr(prepare_module, "_write_rejections", crash)
     with pytest.raises(KeyboardInterrupt):
-        prepare(forced, force=True, progress=False)
+        prepare(cfg, force=True, progress=False)  # same parameters: the valid cache stays until a new one lands
+    assert FeatureCache.load(cfg).manifest == first.manifest
+    changed = config_from_dict({**raw, "audio": {"n_mels": 64}}, base_dir=tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(changed, progress=False)  # other parameters: the stale cache is unusable, and says so
     assert not (cfg.cache_dir / "manifest.json").exists()
     with pytest.raises(CacheError, match="manifest.json missing"):
-        FeatureCache.load(cfg)
+        FeatureCache.load(changed)
     monkeypatch.undo()
-    assert not prepare(cfg, progress=False).reused  # rebuilt, not reused
+    assert not prepare(changed, progress=False).reused  # rebuilt, not reused
 
 
 def test_validation_split_is_deterministic_and_stable() -> None:

@@ -10,6 +10,11 @@ the holder records its pid, host, start time and command line, which the error o
   finds the cache up to date); ``train`` holds ``CACHE_READ_LOCK`` shared for as long as it reads the cache,
   and ``prepare`` needs it exclusive before it changes a file: a rebuild under a running training is refused,
   and a training started during a rebuild waits for it.
+
+A reader's record under ``READERS_DIR`` outlives a killed reader (the kernel frees only the lock): records of
+processes known dead are removed whenever the lock is taken, and every record is removed when the lock is taken
+exclusively (then no reader holds it). A wait for a lock says once who holds it and, given a timeout, ends in
+``DirectoryBusyError`` naming the holders then.
 """
 
 from __future__ import annotations
@@ -114,6 +119,8 @@ class DirectoryLock:
                 return False
             raise
         self._handle = handle
+        if self.shared or self.name == CACHE_READ_LOCK:  # exclusive on the readers' lock: no reader is left
+            self._clean_reader_records(every=not self.shared)
         me = Holder.this_process()
         if self.shared:
             self._record = self.directory / READERS_DIR / f"{me.host}-{me.pid}.json"
@@ -126,20 +133,34 @@ class DirectoryLock:
             handle.flush()
         return True
 
+    def _clean_reader_records(self, every: bool) -> None:
+        """Remove reader records of processes known dead on this host (``every``: all of them, because this
+        process holds the lock exclusively, so no reader holds it). A record's name says whose it is."""
+        for record in (self.directory / READERS_DIR).glob("*.json"):
+            host, _, pid = record.stem.rpartition("-")
+            if every or (host == socket.gethostname() and pid.isdigit()
+                         and not Holder(int(pid), host, "", "").alive()):
+                record.unlink(missing_ok=True)
+
     def acquire(self, wait: bool = False, on_wait: Callable[[str], None] | None = None,
-                what: str = "", advice: str = "", poll_seconds: float = 0.5) -> "DirectoryLock":
+                what: str = "", advice: str = "", poll_seconds: float = 0.5,
+                timeout: float | None = None) -> "DirectoryLock":
         """Take the lock. Held elsewhere: ``wait=False`` raises ``DirectoryBusyError`` naming the holder(s),
         ``what`` (e.g. "the run directory runs/x is being written") and ``advice``; ``wait=True`` calls
-        ``on_wait`` once with that message and polls until the lock is free."""
+        ``on_wait`` once with that message and polls until the lock is free, or until ``timeout`` seconds have
+        passed (then ``DirectoryBusyError`` naming the holders of that moment)."""
         if self.try_acquire():
             return self
         message = self.busy_message(what, advice)
         if not wait:
             raise DirectoryBusyError(message)
         if on_wait is not None:
-            on_wait(f"waiting: {message}")
+            on_wait(f"waiting: {message}" + (f" (giving up after {timeout:g} s)" if timeout is not None else ""))
+        deadline = None if timeout is None else time.monotonic() + timeout
         while not self.try_acquire():
-            time.sleep(poll_seconds)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise DirectoryBusyError(f"Gave up after waiting {timeout:g} s: {self.busy_message(what, advice)}")
+            time.sleep(poll_seconds if deadline is None else max(0.0, min(poll_seconds, deadline - time.monotonic())))
         return self
 
     def busy_message(self, what: str, advice: str) -> str:
@@ -176,18 +197,25 @@ def lock_run_directory(workdir: Path | str) -> DirectoryLock:
                "TensorBoard) needs no lock.")
 
 
-def lock_cache_for_reading(cache_dir: Path | str, echo: Callable[[str], None] | None = None) -> DirectoryLock:
-    """A training's shared lock on its cache: waits (saying so) while ``prepare`` rewrites the cache."""
+def lock_cache_for_reading(cache_dir: Path | str, echo: Callable[[str], None] | None = None,
+                           timeout: float | None = None) -> DirectoryLock:
+    """A training's shared lock on its cache: waits (saying so) while ``prepare`` rewrites the cache, for at
+    most ``timeout`` seconds when given."""
     return DirectoryLock(cache_dir, CACHE_READ_LOCK, shared=True).acquire(
         wait=True, on_wait=echo, what=f"the cache {cache_dir} is being rebuilt by `myxtts prepare`",
-        advice="Training starts when it is done.")
+        advice="Training starts when it is done." if timeout is None else
+        "Run again when it is done, or stop it.", timeout=timeout)
 
 
-def lock_cache_for_writing(cache_dir: Path | str, echo: Callable[[str], None] | None = None) -> DirectoryLock:
-    """``prepare``'s lock: one writer at a time; a second ``prepare`` waits (saying so) for the first."""
+def lock_cache_for_writing(cache_dir: Path | str, echo: Callable[[str], None] | None = None,
+                           timeout: float | None = None) -> DirectoryLock:
+    """``prepare``'s lock: one writer at a time; a second ``prepare`` waits (saying so) for the first, for at
+    most ``timeout`` seconds when given."""
     return DirectoryLock(cache_dir, CACHE_WRITE_LOCK).acquire(
         wait=True, on_wait=echo, what=f"another `myxtts prepare` is writing the cache {cache_dir}",
-        advice="This one goes on when it is done (and reuses what it wrote).")
+        advice="This one goes on when it is done (and reuses what it wrote)." if timeout is None else
+        "Run this one again when it is done (it reuses what that one wrote), or stop that one; "
+        "--lock-timeout sets how long to wait.", timeout=timeout)
 
 
 def exclude_cache_readers(cache_dir: Path | str) -> DirectoryLock:

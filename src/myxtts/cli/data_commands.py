@@ -17,15 +17,19 @@ from myxtts.cli.common import clean_errors, config_option, load, override_option
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Threads processing clips (default: every core).")
+@click.option("--lock-timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Give up (exit 2) after waiting this long for another prepare of the same cache "
+                   "(default: wait until it is done).")
 @clean_errors(ValueError, OSError)
 def prepare_command(config_path: str, overrides: tuple[str, ...], force: bool, no_progress: bool,
-                    workers: int | None) -> None:
+                    workers: int | None, lock_timeout: float | None) -> None:
     """Validate every clip, compute mel features once and write the cache (cfg.data.cache_dir); a rerun
-    processes only new or changed clips."""
+    processes only new or changed clips, and after a stopped run only the clips it did not finish."""
     from myxtts.data.prepare import prepare
 
     cfg = load(config_path, overrides)
-    result = prepare(cfg, force=force, progress=not no_progress, echo=click.echo, workers=workers)
+    result = prepare(cfg, force=force, progress=not no_progress, echo=click.echo, workers=workers,
+                     lock_timeout=lock_timeout)
     click.echo(result.summary())
 
 

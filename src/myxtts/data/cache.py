@@ -11,20 +11,26 @@ Layout of ``cfg.cache_dir`` (written by ``myxtts prepare``, format 4):
   and the previous manifest stays valid until the new one replaces it;
 - ``utterances/XX/KEY.wav``: the clip's audio as the mel was computed from it (mono, ``audio.sample_rate``,
   16-bit PCM), written before its ``.utt``: what the vocoder trains on (``tf.audio.decode_wav`` reads it);
-- ``index.npz``: per utterance, in corpus order: ``ids`` str, ``files`` str (relative paths),
+- ``index-HASH.npz``: per utterance, in corpus order: ``ids`` str, ``files`` str (relative paths),
   ``token_lengths``, ``mel_lengths``, ``speaker_ids``, ``language_ids`` (int32) and ``tokens`` (flat
   int32). Small (lengths and tokens only): the bucket plan, stats and the pipeline read it, never
-  the features;
+  the features. Named by its content (HASH: the first 16 hex digits of its sha256), so a new index
+  never replaces the one the current manifest names; the manifest's ``index`` entry records its name
+  and full sha256, checked at load;
 - ``manifest.json``: counts, hours, speaker and language tables, feature hash, per-split ids, the
-  corpus fingerprint and per-clip fingerprints (``clips``), versions, and ``mel_stats``: the per-bin
-  mean / std of the train split's log mels (``myxtts.data.mel_stats``; the pipeline normalises with
-  them). Written last and atomically: a cache without a manifest (a crash mid-prepare) is never used,
-  nor one without ``mel_stats`` (format 2: rebuilt by prepare);
-- ``vocab.json`` (the Vocabulary), ``rejected.csv``, ``bucket_plan.json``.
+  corpus fingerprint and per-clip fingerprints (``clips``), versions, the bucket plan, and ``mel_stats``:
+  the per-bin mean / std of the train split's log mels (``myxtts.data.mel_stats``; the pipeline normalises
+  with them). Written last and durably (``myxtts.data.durable``): it makes the cache valid, and until it
+  lands the previous manifest and every file it names stay as they were. A cache without a manifest (a
+  crash mid-build) is never used, nor one without ``mel_stats`` (format 2: rebuilt by prepare);
+- ``vocab.json`` (the Vocabulary), ``rejected.csv``, ``bucket_plan.json`` (written after the manifest,
+  from the plan it records).
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 from pathlib import Path
@@ -32,12 +38,14 @@ from typing import Any
 
 import numpy as np
 
+from myxtts.data.durable import fsync_directory, fsync_file, sha256_file, write_durably
 from myxtts.data.mel_stats import MelStats, MelStatsError
 
 MANIFEST_FILE = "manifest.json"
 VOCAB_FILE = "vocab.json"
 REJECTED_FILE = "rejected.csv"
-INDEX_FILE = "index.npz"
+INDEX_FILE = "index.npz"  # the name of a manifest's index when the manifest records no content hash
+INDEX_PREFIX = "index-"  # index-HASH.npz: an index named by its content
 UTTERANCE_DIR = "utterances"
 SPLITS = ("train", "validation")
 FORMAT_VERSION = 4  # 4: the audio beside each utterance; 3: manifest["mel_stats"]; 2: one file per utterance
@@ -87,10 +95,9 @@ def check_manifest(cache_dir: Path, expected_hash: str,
         changed = "".join(_changed_keys(manifest.get("feature_params", {}), current_params or {}))
         return None, (f"feature hash changed ({manifest.get('feature_hash')} -> {expected_hash}): audio, text, "
                       f"corpus or filter parameters differ from the cached ones{changed}")
-    index = manifest.get("index", {})
-    path = cache_dir / INDEX_FILE
-    if not path.is_file() or path.stat().st_size != index.get("bytes"):
-        return None, f"incomplete cache: {path} is missing or has the wrong size"
+    problem = index_problem(cache_dir, manifest)
+    if problem:
+        return None, problem
     if not (cache_dir / VOCAB_FILE).is_file():
         return None, f"incomplete cache: {cache_dir / VOCAB_FILE} missing"
     try:
@@ -98,6 +105,27 @@ def check_manifest(cache_dir: Path, expected_hash: str,
     except CacheError as err:
         return None, str(err)
     return manifest, ""
+
+
+def index_problem(cache_dir: Path, manifest: dict[str, Any]) -> str:
+    """"" when the index the manifest names is there with the content the manifest records, else what is wrong.
+
+    A manifest records the index's sha256; one written without it (an index always named ``index.npz``) is
+    checked by size, and the next update of the cache records the hash.
+    """
+    entry = manifest.get("index", {})
+    name = str(entry.get("file", INDEX_FILE)) if isinstance(entry, dict) else ""
+    if not name or Path(name).name != name or name in (".", ".."):
+        return f"{Path(cache_dir) / MANIFEST_FILE} names no valid index file ({entry!r}); run `myxtts prepare` to repair"
+    path = Path(cache_dir) / name
+    if not path.is_file():
+        return f"incomplete cache: {path}, the index its manifest names, is missing"
+    if "sha256" in entry:
+        if sha256_file(path) != entry["sha256"]:
+            return f"incomplete cache: {path} does not have the content its manifest records (sha256 differs)"
+    elif path.stat().st_size != entry.get("bytes"):
+        return f"incomplete cache: {path} has the wrong size"
+    return ""
 
 
 CORPUS_FILE = "corpus.json"  # a run's corpus summary (written by the trainer, read by warm starts and model cards)
@@ -148,6 +176,8 @@ def write_utterance(path: Path, tokens: np.ndarray, mel: np.ndarray) -> int:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as handle:
         handle.write(header.tobytes() + tokens.tobytes() + mel.tobytes())
+        handle.flush()
+        os.fsync(handle.fileno())  # on disk before its name is: the directories are flushed before the manifest
     os.replace(tmp, path)
     return path.stat().st_size
 
@@ -165,6 +195,7 @@ def write_audio(path: Path, waveform: np.ndarray, sample_rate: int) -> int:
     tmp = path.with_name(path.name + ".tmp")
     soundfile.write(str(tmp), np.clip(np.asarray(waveform, np.float32), -1.0, 1.0), int(sample_rate),
                     subtype="PCM_16", format="WAV")
+    fsync_file(tmp)  # on disk before its name is: the directories are flushed before the manifest
     os.replace(tmp, path)
     return path.stat().st_size
 
@@ -227,7 +258,7 @@ class FeatureCache:
         if manifest is None:
             raise CacheError(f"Cannot use the feature cache: {problem}. Run `myxtts prepare --config <your config>` "
                              "to (re)build it.")
-        return cls(cache_dir, manifest, load_index(cache_dir))
+        return cls(cache_dir, manifest, load_index(cache_dir, manifest))
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -290,16 +321,35 @@ class FeatureCache:
         return np.concatenate(parts) if parts else np.zeros((0, self.n_mels), np.float16)
 
 
-def load_index(cache_dir: Path) -> dict[str, np.ndarray]:
-    with np.load(Path(cache_dir) / INDEX_FILE, allow_pickle=False) as data:
+def index_path(cache_dir: Path, manifest: dict[str, Any] | None = None) -> Path:
+    """The index file ``manifest`` (default: the cache's manifest) names."""
+    manifest = read_manifest(cache_dir) if manifest is None else manifest
+    entry = (manifest or {}).get("index", {})
+    return Path(cache_dir) / Path(str(entry.get("file", INDEX_FILE)) if isinstance(entry, dict) else INDEX_FILE).name
+
+
+def load_index(cache_dir: Path, manifest: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
+    """The columns of the index ``manifest`` (default: the cache's manifest) names."""
+    with np.load(index_path(cache_dir, manifest), allow_pickle=False) as data:
         return {key: data[key] for key in data.files}
 
 
-def save_index(cache_dir: Path, index: dict[str, np.ndarray]) -> int:
-    """Write ``index.npz`` atomically; returns its size in bytes."""
-    path = Path(cache_dir) / INDEX_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        np.savez(handle, **index)
-    os.replace(tmp, path)
-    return path.stat().st_size
+def save_index(cache_dir: Path, index: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Write the index durably under a name derived from its content; returns the manifest's ``index`` entry
+    (file, sha256, bytes). The index the current manifest names is left as it is."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **index)
+    data = buffer.getvalue()
+    digest = hashlib.sha256(data).hexdigest()
+    name = f"{INDEX_PREFIX}{digest[:16]}.npz"
+    write_durably(Path(cache_dir) / name, data)
+    return {"file": name, "sha256": digest, "bytes": len(data)}
+
+
+def write_manifest(cache_dir: Path, manifest: dict[str, Any]) -> None:
+    """Write the manifest durably, after flushing the utterance folders (the renames of the files it names)."""
+    for folder in sorted((Path(cache_dir) / UTTERANCE_DIR).glob("*")):
+        if folder.is_dir():
+            fsync_directory(folder)
+    fsync_directory(Path(cache_dir) / UTTERANCE_DIR)
+    write_durably(Path(cache_dir) / MANIFEST_FILE, json.dumps(manifest, indent=0))

@@ -15,6 +15,7 @@ import numpy as np
 
 from myxtts.data.cache import UTTERANCE_DIR, audio_file, write_audio, write_utterance
 from myxtts.data.corpus import CorpusEntry, Rejection
+from myxtts.data.durable import reached
 from myxtts.data.fingerprint import CorpusDiff
 from myxtts.data.journal import PrepareJournal, clip_from_file
 from myxtts.data.language import TextProcessors
@@ -110,6 +111,7 @@ class Verdicts:
     clips: dict[str, Clip] = field(default_factory=dict)
     rejections: dict[str, Rejection] = field(default_factory=dict)
     todo: list[CorpusEntry] = field(default_factory=list)  # corpus entries this build processes
+    reused: list[str] = field(default_factory=list)  # ids whose verdict the previous cache holds
     resumed: int = 0  # entries a stopped prepare had finished
     seconds: float = 0.0  # processing ``todo``
 
@@ -124,8 +126,10 @@ def known_verdicts(entries: list[CorpusEntry], previous: dict[str, Any], kept: d
         old = previous.get(entry.id)
         if entry.id in unchanged and entry.id in kept:
             verdicts.clips[entry.id] = kept[entry.id]
+            verdicts.reused.append(entry.id)
         elif entry.id in unchanged and old is not None and "rejected" in old:
             verdicts.rejections[entry.id] = rejected_again(entry, *old["rejected"])  # same verdict, new line number
+            verdicts.reused.append(entry.id)
         elif entry.id in finished:
             record = finished[entry.id]
             verdicts.resumed += 1
@@ -140,9 +144,9 @@ def known_verdicts(entries: list[CorpusEntry], previous: dict[str, Any], kept: d
 
 
 def process_clips(cfg: Any, cache_dir: Path, verdicts: Verdicts, fingerprints: dict[str, str],
-                  processors: TextProcessors, journal: PrepareJournal, *, keep_journal: bool, progress: bool,
-                  workers: int) -> None:
-    """Process the ``todo`` entries on ``workers`` threads, journalling each verdict as it is final."""
+                  processors: TextProcessors, journal: PrepareJournal, *, progress: bool, workers: int) -> None:
+    """Process the ``todo`` entries on ``workers`` threads, journalling each verdict as it is final (``journal``
+    open)."""
     from tqdm import tqdm
 
     from myxtts.audio import MelFrontend
@@ -150,7 +154,6 @@ def process_clips(cfg: Any, cache_dir: Path, verdicts: Verdicts, fingerprints: d
     frontend = MelFrontend(cfg.audio)
     feature_hash = cfg.feature_hash()
     started = time.perf_counter()
-    journal.open(keep=keep_journal)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         results = pool.map(lambda e: process_clip(e, fingerprints[e.id], cfg, processors, frontend, cache_dir,
                                                    feature_hash), verdicts.todo)
@@ -163,5 +166,5 @@ def process_clips(cfg: Any, cache_dir: Path, verdicts: Verdicts, fingerprints: d
             else:
                 verdicts.clips[entry.id] = result
                 journal.accepted(entry.id, fingerprints[entry.id], result.file, result.samples)
-    journal.close(delete=False)
+            reached("clip")
     verdicts.seconds = time.perf_counter() - started

@@ -5,7 +5,10 @@ was written and renamed into place, so a journalled file is always whole) or rej
 The first line records the feature hash the lines belong to. The next ``prepare`` with the same feature
 hash reuses every journalled clip whose fingerprint is unchanged and whose utterance file is complete
 (its size matches its header); anything else (a clip cut off mid-write, a torn last line, a changed clip)
-is processed again. The journal is deleted once the manifest that supersedes it is in place.
+is processed again. Clips an update reuses from the previous cache are journalled too, before any new one,
+so the journal alone names every clip a stopped update had settled. A torn last line (a kill mid-write) is
+cut off before the next ``prepare`` appends, so it never runs into the next record. The journal is deleted
+once the manifest that supersedes it is in place.
 """
 
 from __future__ import annotations
@@ -72,11 +75,31 @@ class PrepareJournal:
         return usable
 
     def open(self, keep: bool) -> None:
-        """Start appending; ``keep=False`` starts a new journal (another feature hash, or none yet)."""
+        """Start appending; ``keep=False`` starts a new journal (another feature hash, or none yet). A kept
+        journal loses its torn last line first (what follows the last newline)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if keep and self.path.is_file() and not self._cut_torn_tail():
+            keep = False  # not even the header line is whole
         if not keep or not self.path.is_file():
             self.path.write_text(json.dumps({"feature_hash": self.feature_hash}) + "\n", encoding="utf-8")
         self._handle = open(self.path, "a", encoding="utf-8")
+
+    def _cut_torn_tail(self) -> bool:
+        """Truncate the journal after its last complete line; False when no complete line is left."""
+        data = self.path.read_bytes()
+        whole = data.rfind(b"\n") + 1
+        if whole != len(data):
+            with open(self.path, "r+b") as handle:
+                handle.truncate(whole)
+        return whole > 0
+
+    def settled(self, verdicts: dict[str, Any], rejections: dict[str, Any], fingerprints: dict[str, str]) -> None:
+        """Journal verdicts known without processing (clips reused from the previous cache): ``verdicts`` id ->
+        object with ``file`` and ``samples``; ``rejections`` id -> (reason, file, detail)."""
+        for utterance_id, clip in verdicts.items():
+            self.accepted(utterance_id, fingerprints[utterance_id], clip.file, clip.samples)
+        for utterance_id, (reason, file, detail) in rejections.items():
+            self.rejected(utterance_id, fingerprints[utterance_id], reason, file, detail)
 
     def accepted(self, utterance_id: str, fingerprint: str, file: str, samples: int) -> None:
         self._append({"id": utterance_id, "fingerprint": fingerprint, "file": file, "samples": samples})

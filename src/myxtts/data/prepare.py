@@ -15,12 +15,16 @@ nothing changed -> the cache is reused (no audio read); otherwise only the new o
 processed, removed ones dropped, and the report says how many of each. Any change of an audio / text
 / corpus / filter parameter changes the feature hash and rebuilds everything (the reason is reported).
 
-Crash safety: new utterance files get new names (their key covers the clip's fingerprint), the index
-and the manifest are written to a temporary name and renamed, the manifest last, and files the old
-manifest names are deleted only after the new one is in place. A full rebuild deletes the old
-manifest first. A crash therefore leaves either the previous valid cache or no valid-looking cache.
-Each finished clip is also appended to a journal (``myxtts.data.journal``), so a rerun after a kill
-keeps every clip that was completed and redoes only the rest.
+Crash safety (write order, each stage marked by ``myxtts.data.durable.reached``): the journal first records
+the clips reused from the previous cache, then each processed clip once its files are written
+(``myxtts.data.journal``); then ``rejected.csv``, the vocabulary (same for one feature hash), the new index
+under a name derived from its content (so it never replaces the index the current manifest names), the mel
+statistics, and last the manifest, which records the index's sha256 and the bucket plan. Every file is
+written to a temporary name, flushed to disk and renamed. Only after the manifest: ``bucket_plan.json``,
+the journal's deletion, and the deletion of files the new manifest no longer names. Until the manifest
+lands the previous cache loads as it was (``--force`` included); a kill after it leaves the new one, whose
+leftovers the next run clears. A rerun after any kill redoes only the clips the journal does not hold. A
+rebuild for other parameters (feature hash) deletes the old manifest first: its features are stale anyway.
 
 Locks (``myxtts.locks``): one ``prepare`` writes a cache at a time (a second one waits, then finds it up
 to date), and none changes a file while a training holds the cache's reader lock (it fails, naming it).
@@ -35,7 +39,6 @@ import json
 import logging
 import os
 import platform
-import shutil
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -46,12 +49,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from myxtts.data.buckets import PLAN_FILE, BucketParams, BucketPlan, log_misfits, plan_buckets
-from myxtts.data.cache import (FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, REJECTED_FILE, UTTERANCE_DIR, VOCAB_FILE,
-                               CacheError, FeatureCache, audio_file, check_manifest, feature_params, load_index,
-                               read_utterance, save_index)
+from myxtts.data.after_manifest import after_manifest, ensure_bucket_plan, finish_stopped_update
+from myxtts.data.buckets import BucketParams, log_misfits, plan_buckets
+from myxtts.data.cache import (FORMAT_VERSION, MANIFEST_FILE, REJECTED_FILE, VOCAB_FILE, CacheError, audio_file,
+                               check_manifest, feature_params, load_index, read_utterance, save_index, write_manifest)
 from myxtts.data.clips import Clip, Verdicts, known_verdicts, process_clips, rejection_detail
 from myxtts.data.corpus import Rejection, read_corpus
+from myxtts.data.durable import reached, write_durably
 from myxtts.data.fingerprint import CorpusDiff, clip_fingerprint, corpus_fingerprint, diff_corpus
 from myxtts.data.language import TextProcessors
 from myxtts.data.journal import JOURNAL_FILE, PrepareJournal
@@ -103,29 +107,33 @@ class PrepareResult:
 
 
 def prepare(cfg: Any, force: bool = False, progress: bool = True,
-            echo: Callable[[str], None] = logger.info, workers: int | None = None) -> PrepareResult:
+            echo: Callable[[str], None] = logger.info, workers: int | None = None,
+            lock_timeout: float | None = None) -> PrepareResult:
     """Build, update or reuse the feature cache of ``cfg``; see the module docstring.
 
-    ``workers``: threads processing clips (default: every core, ``os.cpu_count()``).
+    ``workers``: threads processing clips (default: every core, ``os.cpu_count()``). ``lock_timeout``: seconds
+    to wait for another ``prepare`` of the same cache (default: as long as it takes), then DirectoryBusyError.
     """
     started = time.perf_counter()
     cache_dir = Path(cfg.cache_dir)
     d = cfg.data
     corpus = read_corpus(cfg.corpus_path, d.corpus_format, language=d.language)  # bad input fails before any lock
     fingerprints = {entry.id: clip_fingerprint(entry) for entry in corpus.entries}
-    with lock_cache_for_writing(cache_dir, echo):  # a second prepare waits here, then finds the cache up to date
+    with lock_cache_for_writing(cache_dir, echo, lock_timeout):  # a second prepare waits, then finds it up to date
         manifest, problem = check_manifest(cache_dir, cfg.feature_hash(), feature_params(cfg))
         if manifest is not None and not force:
             if manifest.get("corpus_fingerprint") == corpus_fingerprint(corpus.entries, fingerprints,
                                                                         corpus.rejections):
-                _ensure_bucket_plan(cfg, cache_dir)
+                ensure_bucket_plan(cfg, cache_dir, manifest)
+                finish_stopped_update(cache_dir, manifest)
                 return PrepareResult(cache_dir, True, "", manifest, seconds=time.perf_counter() - started)
         with exclude_cache_readers(cache_dir):  # no file changes under a running training
             if manifest is None or force:
                 reason = "forced rebuild (--force)" if force else problem
-                (cache_dir / MANIFEST_FILE).unlink(missing_ok=True)  # first: a crash leaves no valid-looking cache
-                if force:
-                    (cache_dir / JOURNAL_FILE).unlink(missing_ok=True)  # --force recomputes every clip
+                if manifest is None:  # stale features: a crash must not leave them looking valid
+                    (cache_dir / MANIFEST_FILE).unlink(missing_ok=True)
+                else:  # --force recomputes every clip; the valid cache stays until the new manifest replaces it
+                    (cache_dir / JOURNAL_FILE).unlink(missing_ok=True)
                 previous, kept = {}, {}
             else:
                 previous, kept = _previous_clips(cache_dir, manifest)
@@ -148,7 +156,7 @@ def _previous_clips(cache_dir: Path, manifest: dict[str, Any] | None) -> tuple[d
     """(manifest ``clips`` table, accepted clips rebuilt from the index) of a usable previous cache."""
     if manifest is None:
         return {}, {}
-    index = load_index(cache_dir)
+    index = load_index(cache_dir, manifest)
     offsets = np.concatenate([[0], np.cumsum(index["token_lengths"], dtype=np.int64)])
     table = manifest.get("clips", {})
     kept = {}
@@ -186,32 +194,46 @@ class _Accepted:
 def _build(cfg: Any, cache_dir: Path, corpus: Any, fingerprints: dict[str, str], previous: dict[str, Any],
            kept: dict[str, Clip], diff: CorpusDiff, progress: bool, workers: int,
            previous_stats: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Every clip's verdict, then rejected.csv, the vocabulary, the index, the train split's mel statistics, the
-    bucket plan and, last, the manifest (it makes the cache valid); then the files it no longer names go."""
+    """Every clip's verdict, then rejected.csv, the vocabulary, the index, the train split's mel statistics and,
+    last, the manifest (it makes the cache valid); then the bucket plan file, and the files it no longer names
+    go. See the module docstring for why in this order."""
     feature_hash = cfg.feature_hash()
     cache_dir.mkdir(parents=True, exist_ok=True)
     processors = TextProcessors(cfg)
     journal = PrepareJournal(cache_dir, feature_hash)
     finished = journal.reusable(cache_dir, fingerprints)  # clips a stopped prepare completed: not redone
     verdicts = known_verdicts(corpus.entries, previous, kept, diff, finished, cache_dir)
-    process_clips(cfg, cache_dir, verdicts, fingerprints, processors, journal, keep_journal=bool(finished),
-                  progress=progress, workers=workers)
+    journal.open(keep=bool(finished))
+    try:
+        journal.settled({i: verdicts.clips[i] for i in verdicts.reused if i in verdicts.clips},
+                        {i: previous[i]["rejected"] for i in verdicts.reused if i in verdicts.rejections}, fingerprints)
+        reached("reused")
+        process_clips(cfg, cache_dir, verdicts, fingerprints, processors, journal, progress=progress,
+                      workers=workers)
+    finally:
+        journal.close(delete=False)
     clips = verdicts.clips
     rejections = list(corpus.rejections) + [verdicts.rejections[e.id] for e in corpus.entries
                                             if e.id in verdicts.rejections]
     accepted = _accepted(cfg, cache_dir, corpus.entries, clips, len(rejections))
     _write_rejections(cache_dir, rejections)
-    processors.vocabulary.save(cache_dir / VOCAB_FILE)
+    reached("rejections")
+    _write_vocabulary(cache_dir, processors.vocabulary)
+    reached("vocabulary")
     index = _index(accepted, clips)
-    index_bytes = save_index(cache_dir, index)
+    index_entry = save_index(cache_dir, index)  # a new name: the current manifest's index stays
+    reached("index")
     mel_stats = train_mel_stats(cache_dir, [clips[i].file for i in accepted.train_ids], cfg.audio.n_mels, workers,
                                 previous_stats)
+    reached("mel_stats")
+    plan = plan_buckets(index["token_lengths"], index["mel_lengths"], BucketParams.from_config(cfg.data))
+    log_misfits(plan, accepted.ids, index["token_lengths"], index["mel_lengths"])
     manifest = _manifest(cfg, corpus, fingerprints, diff, verdicts, accepted, rejections, workers=workers,
-                         vocab_size=len(processors.vocabulary), mel_stats=mel_stats, index_bytes=index_bytes)
-    _write_bucket_plan(cfg, cache_dir, index["token_lengths"], index["mel_lengths"], accepted.ids)
-    _atomic_write(cache_dir / MANIFEST_FILE, json.dumps(manifest, indent=0))  # last: makes the cache valid
-    journal.close(delete=True)  # the manifest now holds everything it recorded
-    _remove_unreferenced(cache_dir, {file for i in accepted.ids for file in (clips[i].file, audio_file(clips[i].file))})
+                         vocab_size=len(processors.vocabulary), mel_stats=mel_stats, index_entry=index_entry)
+    manifest["bucket_plan"] = plan.to_dict()
+    write_manifest(cache_dir, manifest)  # last: makes the new cache valid, the old one superseded
+    reached("manifest")
+    after_manifest(cache_dir, manifest, plan)  # the plan file, the journal's deletion, the old files' deletion
     return manifest
 
 
@@ -252,7 +274,7 @@ def _index(accepted: _Accepted, clips: dict[str, Clip]) -> dict[str, np.ndarray]
 
 def _manifest(cfg: Any, corpus: Any, fingerprints: dict[str, str], diff: CorpusDiff, verdicts: Verdicts,
               accepted: _Accepted, rejections: list[Rejection], *, workers: int, vocab_size: int,
-              mel_stats: dict[str, Any], index_bytes: int) -> dict[str, Any]:
+              mel_stats: dict[str, Any], index_entry: dict[str, Any]) -> dict[str, Any]:
     """The manifest: what the cache holds and how it was built; its ``clips`` table is what the next run diffs."""
     ids, clips, todo, seconds = accepted.ids, verdicts.clips, verdicts.todo, verdicts.seconds
     table: dict[str, Any] = {i: {"fingerprint": fingerprints[i], "file": clips[i].file, "samples": clips[i].samples}
@@ -286,7 +308,7 @@ def _manifest(cfg: Any, corpus: Any, fingerprints: dict[str, str], diff: CorpusD
         "vocab_size": vocab_size,
         "splits": {"train": accepted.train_ids, "validation": accepted.validation_ids},
         "mel_stats": mel_stats,
-        "index": {"file": INDEX_FILE, "bytes": index_bytes},
+        "index": index_entry,
         "clips": table,
     }
 
@@ -315,39 +337,11 @@ def train_mel_stats(cache_dir: Path, files: list[str], n_mels: int, workers: int
     return {**accumulator.result().to_dict(), "split": "train", "files_digest": digest}
 
 
-def _remove_unreferenced(cache_dir: Path, referenced: set[str]) -> None:
-    """Delete utterance and audio files (and leftovers of format 1) the new manifest does not name."""
-    for path in (cache_dir / UTTERANCE_DIR).glob("*/*"):
-        if path.relative_to(cache_dir).as_posix() not in referenced:
-            path.unlink(missing_ok=True)
-    shutil.rmtree(cache_dir / "shards", ignore_errors=True)
-
-
 def validation_ids(ids: list[str], count: int) -> list[str]:
     """``count`` ids held out deterministically: the smallest by a hash of the id (spread over the corpus,
     stable when other clips are added or rejected)."""
     ranked = sorted(ids, key=lambda i: hashlib.sha256(i.encode("utf-8")).hexdigest())
     return ranked[:count]
-
-
-def _write_bucket_plan(cfg: Any, cache_dir: Path, text: np.ndarray, mel: np.ndarray, ids: list[str]) -> BucketPlan:
-    plan = plan_buckets(text, mel, BucketParams.from_config(cfg.data))
-    log_misfits(plan, ids, text, mel)
-    plan.save(cache_dir / PLAN_FILE)
-    return plan
-
-
-def _ensure_bucket_plan(cfg: Any, cache_dir: Path) -> None:
-    """Keep bucket_plan.json in step with the data settings (they are not part of the feature hash)."""
-    path = cache_dir / PLAN_FILE
-    if path.is_file():
-        try:
-            if BucketPlan.load(path).params == BucketParams.from_config(cfg.data):
-                return
-        except (ValueError, KeyError, TypeError):
-            pass
-    cache = FeatureCache.load(cfg, lengths_only=True)
-    _write_bucket_plan(cfg, cache_dir, cache.token_lengths, cache.mel_lengths, cache.ids)
 
 
 def _write_rejections(cache_dir: Path, rejections: list[Rejection]) -> None:
@@ -356,19 +350,20 @@ def _write_rejections(cache_dir: Path, rejections: list[Rejection]) -> None:
     writer.writerow(["file", "line", "reason", "message"])
     for r in sorted(rejections, key=lambda r: r.line):
         writer.writerow([r.file, r.line, r.reason, r.message])
-    _atomic_write(cache_dir / REJECTED_FILE, buffer.getvalue())
+    write_durably(cache_dir / REJECTED_FILE, buffer.getvalue())
+
+
+def _write_vocabulary(cache_dir: Path, vocabulary: Any) -> None:
+    """vocab.json, durably, and only when it differs (one feature hash has one vocabulary)."""
+    path, text = cache_dir / VOCAB_FILE, json.dumps(vocabulary.to_dict(), ensure_ascii=False, indent=1)
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        write_durably(path, text)
 
 
 def _read_rejections(cache_dir: Path) -> list[Rejection]:
     with open(cache_dir / REJECTED_FILE, encoding="utf-8", newline="") as handle:
         return [Rejection(row["file"], int(row["line"]), row["reason"], row["message"])
                 for row in csv.DictReader(handle)]
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _versions() -> dict[str, str]:
