@@ -106,6 +106,23 @@ def test_prepare_stopped_at_each_write_stage_leaves_the_old_or_the_new_cache(sta
     assert on_disk == set(after.files) | {file[:-len(".utt")] + ".wav" for file in after.files}
 
 
+def test_reused_clips_are_journalled_so_a_rerun_without_the_old_manifest_processes_nothing(states, tmp_path,
+                                                                                          monkeypatch):
+    corpus, before, after = states
+    shutil.copytree(before.cache_dir, tmp_path / "cache")
+    cfg = _config(corpus, tmp_path / "cache")
+    monkeypatch.setattr(durable, "fault_hook", _stop_at("index"))
+    with pytest.raises(Stopped):
+        prepare(cfg, progress=False, workers=1)
+    monkeypatch.setattr(durable, "fault_hook", None)
+    journalled = PrepareJournal(cfg.cache_dir, cfg.feature_hash()).finished()
+    assert set(journalled) == set(after.ids)  # the three reused clips and the two processed ones
+    (cfg.cache_dir / "manifest.json").unlink()  # the old cache lost: only the journal is left to go by
+    update = prepare(cfg, progress=False, workers=1).manifest["update"]
+    assert (update["processed"], update["resumed"]) == (0, len(after.ids))
+    _same_cache(FeatureCache.load(cfg), after)
+
+
 def test_an_index_that_is_not_the_manifests_is_refused(states, tmp_path):
     corpus, before, _ = states
     shutil.copytree(before.cache_dir, tmp_path / "cache")
@@ -116,6 +133,23 @@ def test_an_index_that_is_not_the_manifests_is_refused(states, tmp_path):
     index.write_bytes(bytes(data))
     with pytest.raises(CacheError, match="sha256 differs"):
         FeatureCache.load(cfg)
+
+
+def test_a_manifest_without_an_index_hash_loads_and_its_next_update_records_one(states, tmp_path):
+    corpus, before, after = states
+    shutil.copytree(before.cache_dir, tmp_path / "cache")
+    cfg = _config(corpus, tmp_path / "cache")
+    manifest_path = cfg.cache_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    index = cfg.cache_dir / manifest["index"]["file"]
+    index.rename(cfg.cache_dir / "index.npz")
+    manifest["index"] = {"file": "index.npz", "bytes": (cfg.cache_dir / "index.npz").stat().st_size}
+    manifest_path.write_text(json.dumps(manifest))
+    _same_cache(FeatureCache.load(cfg), before)  # checked by size, as it was written
+    updated = prepare(cfg, progress=False, workers=1).manifest
+    assert updated["index"]["file"].startswith("index-") and len(updated["index"]["sha256"]) == 64
+    assert not (cfg.cache_dir / "index.npz").exists()
+    _same_cache(FeatureCache.load(cfg), after)
 
 
 # ---- the journal ----------------------------------------------------------------------------------
