@@ -33,6 +33,7 @@ import hashlib
 import io
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +117,7 @@ def index_problem(cache_dir: Path, manifest: dict[str, Any]) -> str:
     entry = manifest.get("index", {})
     name = str(entry.get("file", INDEX_FILE)) if isinstance(entry, dict) else ""
     if not name or Path(name).name != name or name in (".", ".."):
-        return f"{Path(cache_dir) / MANIFEST_FILE} names no valid index file ({entry!r}); run `myxtts prepare` to repair"
+        return f"{Path(cache_dir) / MANIFEST_FILE} names no valid index file ({entry!r})"
     path = Path(cache_dir) / name
     if not path.is_file():
         return f"incomplete cache: {path}, the index its manifest names, is missing"
@@ -176,9 +177,7 @@ def write_utterance(path: Path, tokens: np.ndarray, mel: np.ndarray) -> int:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as handle:
         handle.write(header.tobytes() + tokens.tobytes() + mel.tobytes())
-        handle.flush()
-        os.fsync(handle.fileno())  # on disk before its name is: the directories are flushed before the manifest
-    os.replace(tmp, path)
+    os.replace(tmp, path)  # flushed to disk with the others before the manifest names it (write_manifest)
     return path.stat().st_size
 
 
@@ -195,8 +194,7 @@ def write_audio(path: Path, waveform: np.ndarray, sample_rate: int) -> int:
     tmp = path.with_name(path.name + ".tmp")
     soundfile.write(str(tmp), np.clip(np.asarray(waveform, np.float32), -1.0, 1.0), int(sample_rate),
                     subtype="PCM_16", format="WAV")
-    fsync_file(tmp)  # on disk before its name is: the directories are flushed before the manifest
-    os.replace(tmp, path)
+    os.replace(tmp, path)  # flushed to disk with the others before the manifest names it (write_manifest)
     return path.stat().st_size
 
 
@@ -346,8 +344,13 @@ def save_index(cache_dir: Path, index: dict[str, np.ndarray]) -> dict[str, Any]:
     return {"file": name, "sha256": digest, "bytes": len(data)}
 
 
-def write_manifest(cache_dir: Path, manifest: dict[str, Any]) -> None:
-    """Write the manifest durably, after flushing the utterance folders (the renames of the files it names)."""
+def write_manifest(cache_dir: Path, manifest: dict[str, Any], new_files: list[str], workers: int = 1) -> None:
+    """Write the manifest durably, after flushing to disk the files it names that are not yet known to be there
+    (``new_files``, relative to ``cache_dir``: those this prepare or a stopped one wrote) and the utterance
+    folders (their renames). Flushed together here rather than one by one as they are written: one pass over
+    data the system has mostly written back already, on ``workers`` threads."""
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        list(pool.map(lambda file: fsync_file(Path(cache_dir) / file), new_files))
     for folder in sorted((Path(cache_dir) / UTTERANCE_DIR).glob("*")):
         if folder.is_dir():
             fsync_directory(folder)

@@ -19,12 +19,14 @@ Crash safety (write order, each stage marked by ``myxtts.data.durable.reached``)
 the clips reused from the previous cache, then each processed clip once its files are written
 (``myxtts.data.journal``); then ``rejected.csv``, the vocabulary (same for one feature hash), the new index
 under a name derived from its content (so it never replaces the index the current manifest names), the mel
-statistics, and last the manifest, which records the index's sha256 and the bucket plan. Every file is
-written to a temporary name, flushed to disk and renamed. Only after the manifest: ``bucket_plan.json``,
-the journal's deletion, and the deletion of files the new manifest no longer names. Until the manifest
-lands the previous cache loads as it was (``--force`` included); a kill after it leaves the new one, whose
-leftovers the next run clears. A rerun after any kill redoes only the clips the journal does not hold. A
-rebuild for other parameters (feature hash) deletes the old manifest first: its features are stale anyway.
+statistics, and last the manifest, which records the index's sha256 and the bucket plan. Every file is written
+to a temporary name and renamed; the index, the manifest and the small files are flushed to disk (fsync)
+before their rename, the new utterance files all together just before the manifest. Only after it:
+``bucket_plan.json``, the journal's deletion, and the deletion of files the new manifest no longer names.
+Until the manifest lands the previous cache loads as it was (``--force`` included); a kill after it leaves the
+new one, whose leftovers the next run clears. A rerun after any kill redoes only the clips the journal does
+not hold. A rebuild for other parameters (feature hash) deletes the old manifest first: its features are stale
+anyway.
 
 Locks (``myxtts.locks``): one ``prepare`` writes a cache at a time (a second one waits, then finds it up
 to date), and none changes a file while a training holds the cache's reader lock (it fails, naming it).
@@ -231,7 +233,9 @@ def _build(cfg: Any, cache_dir: Path, corpus: Any, fingerprints: dict[str, str],
     manifest = _manifest(cfg, corpus, fingerprints, diff, verdicts, accepted, rejections, workers=workers,
                          vocab_size=len(processors.vocabulary), mel_stats=mel_stats, index_entry=index_entry)
     manifest["bucket_plan"] = plan.to_dict()
-    write_manifest(cache_dir, manifest)  # last: makes the new cache valid, the old one superseded
+    reused = set(verdicts.reused)  # their files are on disk since the manifest that named them
+    new_files = [file for i in accepted.ids if i not in reused for file in (clips[i].file, audio_file(clips[i].file))]
+    write_manifest(cache_dir, manifest, new_files, workers)  # last: makes the new cache valid, the old one superseded
     reached("manifest")
     after_manifest(cache_dir, manifest, plan)  # the plan file, the journal's deletion, the old files' deletion
     return manifest
