@@ -1,9 +1,12 @@
-"""`myxtts serve`: real HTTP on localhost, several clients at once, bad requests, a client that leaves mid-stream."""
+"""`myxtts serve`: real HTTP on localhost, several clients at once, bad requests, a client that leaves mid-stream,
+cancellation through every stage, fairness between old and new requests, a failure after the headers."""
 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
+import logging
 import socket
 import threading
 import time
@@ -84,6 +87,13 @@ def _post(url: str, body, raw: bytes | None = None) -> tuple[int, dict, bytes]:
 def _health(url: str) -> dict:
     with urllib.request.urlopen(url + "/health", timeout=60) as response:
         return json.loads(response.read())
+
+
+def _wait_until(condition, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not come true"
+        time.sleep(0.05)
 
 
 def _snr(expected: bytes, got: bytes) -> float:
@@ -170,6 +180,117 @@ def test_a_client_leaving_mid_stream_does_not_disturb_the_server(server):
     while engine.queued() and time.monotonic() < deadline:  # the departed client's sentences are dropped
         time.sleep(0.1)
     assert engine.queued() == 0 and _health(url)["compiles_after_warmup"] == 0
+
+
+@pytest.mark.slow
+def test_a_client_that_leaves_after_its_first_chunk_has_at_most_a_few_of_its_40_pieces_vocoded(server, monkeypatch):
+    """The tiny test model vocodes a piece in milliseconds, far faster than a socket's close reaches the server; so
+    that the vocoder is as slow against the client as Griffin-Lim is on a real model, a vocoder thread that made a
+    later piece of this request waits, before handing it over, until the request is cancelled."""
+    from myxtts.synthesis.speech_stream import SpeechStream
+
+    url, engine, _ = server
+    text = " ".join(["Go."] * 40)
+    deliver = SpeechStream.deliver
+    streams: list[SpeechStream] = []
+
+    def slow_vocoder(stream: SpeechStream, index: int, audio) -> None:
+        if len(stream.pieces) == 40:
+            streams.append(stream) if stream not in streams else None
+            deadline = time.monotonic() + 30
+            while index > 0 and not stream.cancelled and time.monotonic() < deadline:
+                time.sleep(0.01)
+        deliver(stream, index, audio)
+
+    monkeypatch.setattr(SpeechStream, "deliver", slow_vocoder)
+    dropped_before = engine.dropped
+    host, port = url.removeprefix("http://").split(":")
+    body = json.dumps({"input": text, "voice": "linda", "response_format": "pcm"}).encode()
+    with socket.create_connection((host, int(port)), timeout=60) as connection:
+        connection.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        answer = b""
+        while not answer.partition(b"\r\n\r\n")[2]:  # the headers, then the first piece's audio begins
+            answer += connection.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200") and b"x-pieces: 40" in answer.lower()
+        time.sleep(1.0)  # ample for the engine to decode all 40 pieces, were its vocoder queue not bounded
+        stream = streams[0]
+        decoded_before_leaving = stream.decoded
+    _wait_until(lambda: stream.cancelled and engine.queued() == 0)
+    # piece 0, and at most one more per vocoder thread (those in progress when the client left)
+    assert 1 <= stream.vocoded <= 1 + engine.vocoder_threads
+    # the vocoder queue is bounded: the engine decodes a few batches ahead of the vocoder, not all 40 pieces
+    assert decoded_before_leaving <= 3 * engine.batch_size and stream.decoded == decoded_before_leaving
+    assert engine.dropped - dropped_before == 40 - stream.vocoded  # every other piece dropped, at some stage
+    assert engine.backlog()["requests_in_flight"] == 0
+
+
+@pytest.mark.slow
+def test_an_older_request_finishes_within_a_few_batches_under_a_steady_stream_of_new_ones(server):
+    """Every batch the engine decodes brings four new one-piece requests (as many as a batch takes): earliest piece
+    index first alone would serve them forever ahead of the older request's second and third pieces."""
+    url, engine, expected = server
+    decode, inside, go = engine.synthesizer.decode_tokens, threading.Event(), threading.Event()
+    newcomers, batches_seen = [], []  # batches_seen: the older request's pieces decoded when each batch began
+    older = None
+
+    def steady(*args, **kwargs):
+        batches_seen.append(older.decoded if older else None)
+        if len(batches_seen) == 1:  # the first batch is held until the older request and four newcomers wait
+            inside.set()
+            go.wait(60)
+        elif older.decoded < 3 and len(batches_seen) <= 12:
+            newcomers.extend(engine.submit("Come here.", "linda") for _ in range(engine.batch_size))
+        return decode(*args, **kwargs)
+
+    engine.synthesizer.decode_tokens = steady
+    try:
+        newcomers.append(engine.submit("Wait.", "linda"))
+        inside.wait(60)
+        older = engine.submit(f"{TRANSCRIPTS[0]} {TRANSCRIPTS[3]} {TRANSCRIPTS[1]}", "linda")
+        newcomers.extend(engine.submit("Come here.", "linda") for _ in range(engine.batch_size))
+        go.set()
+        audio = b"".join(older.pcm16(timeout=60))
+    finally:
+        del engine.synthesizer.decode_tokens  # the class's method again
+        go.set()
+        for stream in newcomers:
+            stream.cancel()
+    assert len(older.pieces) == 3 and len(audio) > 0
+    # it waited behind the held batch, then its three pieces went within four batches shared with the newcomers
+    finished_after = batches_seen.index(3) if 3 in batches_seen else len(batches_seen)
+    assert finished_after <= 5, batches_seen
+    _wait_until(lambda: engine.queued() == 0 and engine.backlog()["requests_in_flight"] == 0)
+
+
+@pytest.mark.slow
+def test_a_failure_after_the_headers_cuts_the_transfer_and_logs_the_request_id(server, caplog):
+    url, engine, _ = server
+
+    def broken(log_mel):
+        raise RuntimeError("the vocoder broke")
+
+    engine.vocode = broken
+    host, port = url.removeprefix("http://").split(":")
+    try:
+        with caplog.at_level(logging.WARNING, logger="myxtts.serve"):
+            connection = http.client.HTTPConnection(host, int(port), timeout=60)
+            connection.request("POST", "/v1/audio/speech", json.dumps({"input": TWO_SENTENCES, "voice": "linda"}),
+                               {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            assert response.status == 200 and response.getheader("transfer-encoding") == "chunked"
+            request_id = response.getheader("x-request-id")
+            with pytest.raises(http.client.IncompleteRead):  # no final chunk: not a clean end
+                response.read()
+            connection.close()
+    finally:
+        del engine.vocode  # the class's method again
+    assert request_id.startswith("req_")
+    assert any(request_id in record.getMessage() and "the vocoder broke" in record.getMessage()
+               for record in caplog.records)
+    _wait_until(lambda: engine.queued() == 0 and engine.backlog()["requests_in_flight"] == 0)
+    status, _, wav = _post(url, {"input": TWO_SENTENCES, "voice": "linda"})
+    assert status == 200 and len(wav) > 44
 
 
 def test_a_voice_named_twice_takes_both_clips(tmp_path):

@@ -1,4 +1,5 @@
-"""`myxtts serve` under abuse: every limit answered in OpenAI's error shape, over real HTTP on localhost.
+"""`myxtts serve` under abuse: every limit answered in OpenAI's error shape, over real HTTP on localhost; a real
+`myxtts serve` process shut down by SIGTERM with streams in flight.
 
 One server with tight limits; where a test needs a backlog, the real engine thread is held inside its next decode
 (``engine_held``) so the pieces stay queued for as long as the test looks at them.
@@ -8,8 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import json
+import re
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -19,7 +24,7 @@ import pytest
 
 from conftest import bundled_wavs
 from test_export import parallel_run  # noqa: F401  (the fixture: a parallel run with plausible durations)
-from test_serve import TRANSCRIPTS, _health, _post, running_server
+from test_serve import TRANSCRIPTS, TWO_SENTENCES, _free_port, _health, _post, _wait_until, running_server
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -60,13 +65,6 @@ def engine_held(engine) -> Iterator[threading.Event]:
     finally:
         release.set()
         del engine.synthesizer.decode_tokens  # the class's method again
-
-
-def _wait_until(condition, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "the condition did not come true"
-        time.sleep(0.05)
 
 
 def _idle(engine) -> bool:
@@ -247,9 +245,70 @@ def test_serve_takes_every_limit_as_an_option_with_the_engine_defaults(tmp_path)
     from myxtts.cli.synth_commands import serve_command
     from myxtts.synthesis.server_limits import ServerLimits
 
+    from myxtts.synthesis.http import DEFAULT_SHUTDOWN_GRACE
+
     options = {param.name: param.default for param in serve_command.params}
     assert {name: options[name] for name in ServerLimits().as_dict()} == ServerLimits().as_dict()
+    assert options["shutdown_grace"] == DEFAULT_SHUTDOWN_GRACE
     clip = str(bundled_wavs(1)[0])
     result = CliRunner().invoke(main, ["serve", "--run", str(tmp_path), "--voice", f"linda={clip}",
                                        "--max-pieces", "600", "--max-queued-pieces", "500"])
     assert result.exit_code == 2 and "max_pieces (600) must not exceed max_queued_pieces (500)" in result.output
+
+
+def _accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_sigterm_lets_a_short_stream_finish_cuts_a_stalled_one_and_exits_0(parallel_run, tmp_path):  # noqa: F811
+    """A real `myxtts serve` process, signalled with two streams in flight: a short one read to its end, and a long
+    one whose client takes the headers and then reads nothing (with a small receive window), so it cannot end."""
+    grace, port = 3.0, _free_port()
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "myxtts", "serve", "--run", str(parallel_run), "--voice",
+                                    f"linda={bundled_wavs(1)[0]}", "--port", str(port), "--max-characters", "8000",
+                                    "--shutdown-grace", str(grace)], stdout=log, stderr=subprocess.STDOUT)
+    cleanup = contextlib.ExitStack()
+    try:
+        _wait_until(lambda: process.poll() is not None or _accepts(port), 300)
+        assert process.poll() is None, log_path.read_text()
+        long_text = " ".join(TRANSCRIPTS * 2)  # megabytes of audio: more than the socket buffers take
+        body = json.dumps({"input": long_text, "voice": "linda", "response_format": "pcm"}).encode()
+        stalled = cleanup.enter_context(socket.socket())
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.settimeout(60)
+        stalled.connect(("127.0.0.1", port))
+        stalled.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        received = stalled.recv(4096)
+        assert received.startswith(b"HTTP/1.1 200"), received
+        short = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        cleanup.callback(short.close)
+        short.request("POST", "/v1/audio/speech", json.dumps({"input": TWO_SENTENCES, "voice": "linda"}),
+                      {"Content-Type": "application/json"})
+        response = short.getresponse()
+        assert response.status == 200
+        process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        wav = response.read()  # read to its clean end within the grace (a cut would raise IncompleteRead)
+        assert len(wav) > 44 and wav[:4] == b"RIFF"
+        _wait_until(lambda: not _accepts(port), grace)  # no new connections
+        assert process.wait(timeout=grace + 60) == 0, log_path.read_text()
+        assert time.monotonic() - signalled < grace + 20  # the grace, then the engine's threads and TF's teardown
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := stalled.recv(1 << 20):
+                received += chunk
+        assert not received.endswith(b"\r\n0\r\n\r\n")  # the stalled stream was cut, not ended
+    finally:
+        cleanup.close()
+        if process.poll() is None:
+            process.kill()
+    output = log_path.read_text()
+    assert f"the {grace} s grace period is over, 1 stream(s) still open cut" in output, output
+    assert re.search(r"request req_\w+: stream cancelled after \d+ of \d+ pieces", output), output

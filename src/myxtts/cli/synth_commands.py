@@ -202,10 +202,14 @@ def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:
 @click.option("--send-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0,
               show_default=True, help="Seconds one piece's audio may take to reach the client; a client that stops "
                                       "reading is dropped and its pieces freed.")
+@click.option("--shutdown-grace", type=click.FloatRange(min=0), default=20.0, show_default=True,
+              help="On SIGTERM or Ctrl-C: stop accepting, give the streams in flight this many seconds to finish, "
+                   "cut the rest, exit 0 (a second signal cuts them at once).")
 @vocoder_option()
 @clean_errors(ValueError, OSError)
 def serve_command(run_dir, voice_specs, host, port, batch_size, max_characters, max_pieces, max_body_bytes,
-                  body_timeout, max_requests_in_flight, max_queued_pieces, send_timeout, vocoder_path) -> None:
+                  body_timeout, max_requests_in_flight, max_queued_pieces, send_timeout, shutdown_grace,
+                  vocoder_path) -> None:
     """An HTTP server: OpenAI-compatible POST /v1/audio/speech streamed sentence by sentence, GET /health
     (needs the serve extra: pip install -e '.[serve]'). Every limit is answered in OpenAI's error shape."""
     try:
@@ -227,7 +231,11 @@ def serve_command(run_dir, voice_specs, host, port, batch_size, max_characters, 
     engine = SpeechEngine(synthesizer, voices, batch_size=batch_size, limits=limits)
     click.echo(f"warm-up: {engine.compiles_at_warmup} compiled functions in {engine.warmup_seconds:.1f} s; voices "
                f"{sorted(voices)}; serving on http://{host}:{port} (POST /v1/audio/speech, GET /health)")
-    serve(engine, host=host, port=port)
+    try:
+        serve(engine, host=host, port=port, shutdown_grace=shutdown_grace)
+    finally:
+        engine.close()
+    click.echo(f"shut down: {engine.served} pieces served")
 
 
 @click.command("pack")

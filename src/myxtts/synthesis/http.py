@@ -13,14 +13,23 @@ say (400), too many requests in flight or pieces queued (429 with Retry-After; `
 
 The audio is sent by ``AudioResponse``: it awaits each piece on the event loop (no worker thread is held while a
 stream waits), gives each send ``send_timeout`` seconds (a client that stops reading is dropped) and watches for
-the client leaving; either way the stream is cancelled and its remaining pieces freed. The synthesis itself is
-``synthesis/serving.py``'s engine.
+the client leaving; either way the stream is cancelled and its remaining pieces freed. Each accepted request gets
+an id (``X-Request-Id``) that every log line about it names. A failure after the headers (an engine error, a piece
+that never comes, a cancel) ends the response without its final chunk and closes the connection: the client sees
+the chunked transfer cut, never a clean end of a truncated WAV.
+
+Shutdown (``serve``): SIGTERM or Ctrl-C stops accepting connections at once, lets the streams in flight finish for
+``shutdown_grace`` seconds, then cuts those still open (as above), closes the engine and returns, so
+``myxtts serve`` exits 0; a second signal cuts them at once. The synthesis itself is ``synthesis/serving.py``'s
+engine.
 (No ``from __future__ import annotations`` here: FastAPI reads the request model from the live annotation.)
 """
 
 
 import asyncio
 import logging
+import math
+import uuid
 from typing import Any
 
 from myxtts.synthesis.serving import (PIECE_READY_TIMEOUT, EngineBusyError, SpeechEngine, SpeechRequestError,
@@ -28,6 +37,9 @@ from myxtts.synthesis.serving import (PIECE_READY_TIMEOUT, EngineBusyError, Spee
 
 FORMATS = {"wav": "audio/wav", "pcm": "audio/pcm"}
 LOG = logging.getLogger("myxtts.serve")
+# seconds the streams in flight may take to finish after SIGTERM (under the 30 s a container orchestrator such as
+# Kubernetes waits by default before it kills)
+DEFAULT_SHUTDOWN_GRACE = 20.0
 
 
 def _error(status: int, message: str, param: str | None = None, kind: str = "invalid_request_error",
@@ -53,15 +65,23 @@ async def _read_body(request: Any, max_bytes: int) -> bytes:
     return b"".join(parts)
 
 
+def _call_from_thread(loop: asyncio.AbstractEventLoop, callback) -> None:
+    try:
+        loop.call_soon_threadsafe(callback)
+    except RuntimeError:  # the loop is closed: nothing of it is left to stop
+        pass
+
+
 def _response_class():
     from starlette.responses import Response
 
     class AudioResponse(Response):
-        """Streams a ``SpeechStream`` as one chunked response (see the module docstring). A failure after the
-        headers ends the response without its final chunk, so the client sees the transfer cut, not a clean end."""
+        """Streams a ``SpeechStream`` as one chunked response (see the module docstring). Only a stream taken to
+        its end gets the final chunk; anything else closes the connection without it."""
 
-        def __init__(self, stream: SpeechStream, media_type: str, headers: dict, prefix: bytes, send_timeout: float):
-            self.stream, self.prefix, self.send_timeout = stream, prefix, send_timeout
+        def __init__(self, stream: SpeechStream, media_type: str, headers: dict, prefix: bytes, send_timeout: float,
+                     request_id: str = "-"):
+            self.stream, self.prefix, self.send_timeout, self.request_id = stream, prefix, send_timeout, request_id
             self.status_code, self.media_type, self.background = 200, media_type, None
             self.init_headers({**headers, "content-type": media_type})
 
@@ -77,22 +97,34 @@ def _response_class():
                 pass
             self.stream.cancel()  # wakes the sender, frees the pieces
 
+        async def _pump(self, send: Any) -> None:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            if self.prefix:
+                await self._send_chunk(send, self.prefix)
+            while (chunk := await self.stream.next_chunk(PIECE_READY_TIMEOUT)) is not None:
+                await self._send_chunk(send, chunk)
+            if not self.stream.cancelled:
+                await self._send_chunk(send, b"", more=False)
+
         async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            loop = asyncio.get_running_loop()
+            pump = asyncio.ensure_future(self._pump(send))
             watcher = asyncio.ensure_future(self._watch_disconnect(receive))
+            # a cancel from anywhere (the client left, the shutdown's grace ran out) also ends a send that is
+            # blocked on a client that does not read
+            self.stream.when_cancelled(lambda: _call_from_thread(loop, pump.cancel))
             try:
-                await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-                if self.prefix:
-                    await self._send_chunk(send, self.prefix)
-                while (chunk := await self.stream.next_chunk(PIECE_READY_TIMEOUT)) is not None:
-                    await self._send_chunk(send, chunk)
-                if not self.stream.cancelled:
-                    await self._send_chunk(send, b"", more=False)
-            except Exception as err:  # noqa: BLE001  a slow client, a stuck or failed engine: end this stream only
-                LOG.warning("speech stream dropped after %d of %d pieces: %s", self.stream.taken(),
-                            len(self.stream.pieces), err)
+                await asyncio.wait({pump})
             finally:
                 watcher.cancel()
+                pump.cancel()
                 self.stream.cancel()
+            done = f"after {self.stream.taken()} of {len(self.stream.pieces)} pieces"
+            if not pump.cancelled() and pump.exception() is not None:  # a slow client, a stuck or failed engine
+                LOG.warning("request %s: stream cut %s: %s", self.request_id, done, pump.exception())
+            elif pump.cancelled() or self.stream.taken() < len(self.stream.pieces):
+                LOG.info("request %s: stream cancelled %s (the client left or the server is shutting down)",
+                         self.request_id, done)
 
     return AudioResponse
 
@@ -120,6 +152,7 @@ def create_app(engine: SpeechEngine) -> Any:
         return {"status": "ok", "voices": sorted(engine.voices), "sample_rate": engine.synthesizer.sample_rate,
                 "batch_size": engine.batch_size, "compiles_after_warmup": engine.compiles_after_warmup(),
                 "queued_pieces": engine.queued(), "backlog": engine.backlog(), "pieces_served": engine.served,
+                "pieces_dropped": engine.dropped,
                 "max_characters": limits.max_characters, "limits": limits.as_dict()}
 
     def too_large(size: str) -> Any:
@@ -164,15 +197,62 @@ def create_app(engine: SpeechEngine) -> Any:
                           headers={"Retry-After": str(err.retry_after)})
         except SpeechRequestError as err:
             return _error(err.status, str(err), err.param)
-        rate = engine.synthesizer.sample_rate
-        headers = {"X-Sample-Rate": str(rate), "X-Pieces": str(len(stream.pieces))}
+        rate, request_id = engine.synthesizer.sample_rate, f"req_{uuid.uuid4().hex[:24]}"
+        headers = {"X-Sample-Rate": str(rate), "X-Pieces": str(len(stream.pieces)), "X-Request-Id": request_id}
         prefix = wav_header(rate) if body.response_format == "wav" else b""
-        return audio_response(stream, FORMATS[body.response_format], headers, prefix, limits.send_timeout)
+        return audio_response(stream, FORMATS[body.response_format], headers, prefix, limits.send_timeout, request_id)
 
     return app
 
 
-def serve(engine: SpeechEngine, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
+def serve(engine: SpeechEngine, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
+          shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE) -> None:
+    """Serve until SIGTERM or Ctrl-C, then shut down within ``shutdown_grace`` seconds (module docstring) and
+    return; the caller closes the engine."""
     import uvicorn
 
-    asyncio.run(uvicorn.Server(uvicorn.Config(create_app(engine), host=host, port=port, log_level=log_level)).serve())
+    if not isinstance(shutdown_grace, (int, float)) or not math.isfinite(shutdown_grace) or shutdown_grace < 0:
+        raise ValueError(f"shutdown_grace must be a number of seconds >= 0, got {shutdown_grace!r}.")
+
+    def cut_open_streams(why: str) -> None:
+        if cut := engine.cancel_all():
+            LOG.warning("shutdown: %s, %d stream(s) still open cut", why, cut)
+
+    class GracefulServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # uvicorn's own handler notes the signal to raise it again once shut down, which would end the process
+            # by the signal (status 143: a crash to a supervisor); a shutdown that completed here is an exit 0.
+            # A second signal stops the waiting (uvicorn's force_exit; shutdown then cuts what is left).
+            if self.should_exit:
+                self.force_exit = True
+            self.should_exit = True
+
+        def abort_connections(self) -> None:
+            """Close what is still open a second after the streams were cut: a cut response closes its connection
+            only once the client has taken what was sent, which a client that stopped reading never does."""
+            for connection in list(self.server_state.connections):
+                if (transport := getattr(connection, "transport", None)) is not None:
+                    transport.abort()
+
+        def grace_over(self) -> None:
+            cut_open_streams(f"the {shutdown_grace} s grace period is over")
+            asyncio.get_running_loop().call_later(1.0, self.abort_connections)
+
+        async def shutdown(self, sockets: Any = None) -> None:
+            backlog = engine.backlog()
+            LOG.info("shutdown: no new connections; %d request(s) in flight get %s s to finish",
+                     backlog["requests_in_flight"], shutdown_grace)
+            timer = asyncio.get_running_loop().call_later(shutdown_grace, self.grace_over)
+            try:
+                await super().shutdown(sockets)
+            finally:
+                timer.cancel()
+                cut_open_streams("a second signal")  # only a forced exit leaves any
+
+    # uvicorn's own timeout cancels the response tasks a little after the grace period, should one not have ended
+    config = uvicorn.Config(create_app(engine), host=host, port=port, log_level=log_level,
+                            timeout_graceful_shutdown=math.ceil(shutdown_grace) + 5)
+    if not LOG.handlers:  # the request-id lines go where uvicorn's own go, at its level (Config set them up)
+        LOG.handlers, LOG.propagate = list(logging.getLogger("uvicorn").handlers), False
+        LOG.setLevel(log_level.upper())
+    asyncio.run(GracefulServer(config).serve())

@@ -2,29 +2,34 @@
 
 A request's text is split into pieces (``Synthesizer.split``) and its pieces join one queue shared by all requests.
 One engine thread owns the decoder: it takes up to ``batch_size`` queued pieces (whoever they belong to, each with
-its own voice and speed), earliest piece index first (a new request's first sentence goes ahead of the others'
-later ones: time to first audio stays short under load), decodes them in one compiled call per bucket
-(``decode_tokens``: every function was traced at start-up by ``warm_up_all``) and hands each piece's mel to a pool
-of ``vocoder_threads`` threads (TF ops release the GIL: the next batch decodes while the last is vocoded, on the
-other core), which delivers its audio to its request's stream (``speech_stream.py``: the stream yields pieces in
-order, each followed by its pause, as 16-bit PCM).
+its own voice and speed) in priority order (``_priority``), decodes them in one compiled call per bucket
+(``decode_tokens``: every function was traced at start-up by ``warm_up_all``) and puts each piece's mel on the
+vocoder queue, which ``vocoder_threads`` threads take in the same priority order (TF ops release the GIL: the next
+batch decodes while the last is vocoded, on the other core); each delivers its audio to its request's stream
+(``speech_stream.py``: the stream yields pieces in order, each followed by its pause, as 16-bit PCM).
+
+The vocoder queue is bounded: a batch is decoded only while fewer than ``batch_size`` decoded pieces wait there,
+so the backlog sits undecoded in the priority queue, where a new request's first piece can still go ahead of it
+and a cancel drops it for nothing (Griffin-Lim is most of the time of a piece).
 
 The engine is bounded by ``ServerLimits`` (``server_limits.py``): a request over ``max_characters`` or
 ``max_pieces`` is refused before anything is queued, and one that would pass ``max_requests_in_flight`` or
 ``max_queued_pieces`` gets ``EngineBusyError`` with a Retry-After estimated from the backlog and the measured
-seconds per piece. The backlog is counted where it really sits: pending (not yet decoded), decoding, vocoding.
-A cancelled stream (the client went away or stopped reading) has its pending pieces dropped at once and its
-decoded ones skipped before vocoding. Nothing here knows about HTTP (``synthesis/http.py``).
+seconds per piece. The backlog is counted where it really sits: pending (not yet decoded), decoding, vocoding
+(queued for the vocoder or being vocoded). A cancelled stream (the client went away or stopped reading) has its
+pieces dropped at every stage: pending and vocoder-queue pieces at once, a piece in the batch being decoded when
+the batch ends, and every piece is checked again just before it is vocoded; each stream counts the pieces decoded
+and vocoded for it (``SpeechStream.decoded`` / ``vocoded``). Nothing here knows about HTTP (``synthesis/http.py``).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -67,6 +72,29 @@ class Voice:
     latents: np.ndarray  # [K, d] the conditioning encoder's latents of the voice's clip (Synthesizer.voice)
 
 
+@dataclass(order=True)
+class _Piece:
+    """One piece on its way through the engine; pieces compare by ``priority`` alone (the queues are heaps)."""
+    priority: tuple[int, int, int]
+    stream: SpeechStream = field(compare=False)
+    index: int = field(compare=False)
+    tokens: np.ndarray = field(compare=False)
+    voice: Voice = field(compare=False)
+    scale: float = field(compare=False)
+    mel: np.ndarray | None = field(default=None, compare=False)  # once decoded
+
+
+def _priority(request_number: int, index: int, ageing_step: int) -> tuple[int, int, int]:
+    """Piece ``index`` of the ``request_number``-th request counts as if its request had arrived ``ageing_step *
+    index`` requests later. A new request's first piece therefore goes ahead of older requests' later pieces (time to
+    first audio stays short under load), but only of those at least ``ageing_step`` requests per piece index ahead:
+    an older request's piece ``i`` lets at most ``ageing_step * i`` newer requests' pieces pass it, so under any
+    steady flow of new requests it is reached within about ``i`` batches (with ``ageing_step = batch_size``) and no
+    request starves. Counted in requests, not seconds: new arrivals are the only competition, and the order does
+    not depend on how fast the machine is. Ties go to the older request, then to the earlier piece."""
+    return request_number + ageing_step * index, request_number, index
+
+
 def wav_header(sample_rate: int, data_bytes: int = 0xFFFFFFFF - 36) -> bytes:
     """A 44-byte mono 16-bit PCM WAV header; the default sizes say "until the stream ends" (streaming players and
     soundfile read it)."""
@@ -84,6 +112,9 @@ class SpeechEngine:
                  limits: ServerLimits | None = None, vocoder_threads: int = 2):
         if not voices:
             raise ValueError("Give at least one voice (--voice NAME=CLIP.wav): requests choose one by name.")
+        if batch_size < 1 or vocoder_threads < 1:
+            raise ValueError(f"batch_size and vocoder_threads must be at least 1, got {batch_size} and "
+                             f"{vocoder_threads}.")
         self.synthesizer, self.batch_size, self.limits = synthesizer, batch_size, limits or ServerLimits()
         # a piece predicted past data.max_mel_frames is cut there: one such piece must not fail the other
         # requests that share its batch (pieces are sized to fit, so this is rare)
@@ -92,25 +123,29 @@ class SpeechEngine:
         for name, clip in voices.items():
             self.voices[name] = Voice(name, synthesizer.voice(clip))  # AudioError naming the clip
         self._text_lock = threading.Lock()  # the text front-end (espeak) is used by one thread at a time
-        self._pending: list[tuple] = []  # (piece index, arrival, stream, tokens, voice, scale)
-        self._arrivals = 0
+        self._pending: list[_Piece] = []  # heap: pieces not yet decoded
+        self._to_vocode: list[_Piece] = []  # heap: decoded pieces waiting for a vocoder thread (bounded, see _take)
+        self._requests = 0  # requests accepted so far: the arrival number in each piece's priority
         self._decoding = 0  # pieces in the batch being decoded
-        self._vocoding = 0  # pieces handed to the vocoder pool and not yet delivered
+        self._vocoding_now = 0  # pieces a vocoder thread is working on
         self._in_flight: set[SpeechStream] = set()
         # running averages of seconds per piece in each stage, for Retry-After (the slower stage sets the pace)
         self._decode_seconds, self._vocode_seconds = 0.1, 1.0
-        self._wake = threading.Condition()
+        self._wake = threading.Condition()  # guards all of the above; notified on every change a thread waits for
         self._closed = False
         started = time.perf_counter()
         synthesizer.warm_up_all(batch_size)
         self.vocode(np.zeros([2, synthesizer.cfg.audio.n_mels], np.float32))  # the vocoder's one graph too
         self.warmup_seconds = time.perf_counter() - started
         self.compiles_at_warmup = self.compiles()
-        self.served = 0
+        self.served = 0  # pieces decoded
+        self.dropped = 0  # pieces of cancelled requests dropped before being vocoded (at any stage)
         self.vocoder_threads = vocoder_threads
-        self._vocoders = ThreadPoolExecutor(max_workers=vocoder_threads, thread_name_prefix="myxtts-vocoder")
-        self._thread = threading.Thread(target=self._run, name="myxtts-speech-engine", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, name="myxtts-speech-engine", daemon=True)]
+        self._threads += [threading.Thread(target=self._vocoder_loop, name=f"myxtts-vocoder-{i}", daemon=True)
+                          for i in range(vocoder_threads)]
+        for thread in self._threads:
+            thread.start()
 
     def compiles(self) -> int:
         return self.synthesizer.tracing_count() + self.synthesizer.vocoder.tracing_count()
@@ -124,7 +159,7 @@ class SpeechEngine:
     # ---- requests -------------------------------------------------------------------------------------
     def submit(self, text: str, voice: str, speed: float = 1.0) -> SpeechStream:
         """Split and encode ``text``; raises ``SpeechRequestError`` (``EngineBusyError`` when over a backlog
-        limit) before anything is queued."""
+        limit, status 503 once the engine is closing) before anything is queued."""
         if voice not in self.voices:
             raise SpeechRequestError(f"Unknown voice {voice!r}; this server has {sorted(self.voices)}.", "voice")
         if not text or not text.strip():
@@ -148,18 +183,20 @@ class SpeechEngine:
                                      f"of {self.limits.max_pieces} per request; send it in parts.", "input")
         stream = SpeechStream(pieces, self.synthesizer.sample_rate, on_finish=self._finished)
         with self._wake:
-            if self._closed:
-                raise RuntimeError("the speech engine is shut down")
             self._refuse_if_busy(len(pieces))
             self._in_flight.add(stream)
+            number, self._requests = self._requests, self._requests + 1
             for index, ids in enumerate(tokens):
-                self._pending.append((index, self._arrivals, stream, ids, self.voices[voice], scale))
-                self._arrivals += 1
-            self._wake.notify()
+                heapq.heappush(self._pending, _Piece(_priority(number, index, self.batch_size), stream, index, ids,
+                                                     self.voices[voice], scale))
+            self._wake.notify_all()
         return stream
 
     def _refuse_if_busy(self, new_pieces: int) -> None:
-        """429 when one more request or ``new_pieces`` more pieces would pass a limit (the caller holds _wake)."""
+        """429 when one more request or ``new_pieces`` more pieces would pass a limit, 503 once closing (the
+        caller holds _wake)."""
+        if self._closed:
+            raise SpeechRequestError("This server is shutting down; retry on another.", None, status=503)
         backlog = self._backlog_locked()
         per_piece = max(self._decode_seconds, self._vocode_seconds / self.vocoder_threads)
         retry_after = min(RETRY_AFTER_MAX, max(RETRY_AFTER_MIN, math.ceil(backlog * per_piece)))
@@ -174,18 +211,36 @@ class SpeechEngine:
     def _finished(self, stream: SpeechStream) -> None:
         with self._wake:
             self._in_flight.discard(stream)
-            if stream.cancelled:  # its pieces not yet decoded are freed now, not when the engine reaches them
-                self._pending = [item for item in self._pending if item[2] is not stream]
+            if stream.cancelled:  # its queued pieces are freed now, not when a thread reaches them
+                for name in ("_pending", "_to_vocode"):
+                    queue = getattr(self, name)
+                    kept = [piece for piece in queue if piece.stream is not stream]
+                    if len(kept) < len(queue):
+                        self.dropped += len(queue) - len(kept)
+                        heapq.heapify(kept)
+                        setattr(self, name, kept)
+                self._wake.notify_all()  # room on the vocoder queue for the engine thread
+
+    def cancel_all(self) -> int:
+        """Cancel every stream in flight (a shutdown's grace period is over); returns how many there were."""
+        with self._wake:
+            streams = list(self._in_flight)
+        for stream in streams:  # outside the lock: a cancel calls back into _finished
+            stream.cancel()
+        return len(streams)
 
     def close(self) -> None:
+        """Cancel what is in flight and stop the threads (a piece being decoded or vocoded is finished first)."""
         with self._wake:
             self._closed = True
-            self._wake.notify()
-        self._thread.join(timeout=60)
-        self._vocoders.shutdown(wait=True)
+        self.cancel_all()
+        with self._wake:
+            self._wake.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=60)
 
     def _backlog_locked(self) -> int:
-        return len(self._pending) + self._decoding + self._vocoding
+        return len(self._pending) + self._decoding + len(self._to_vocode) + self._vocoding_now
 
     def queued(self) -> int:
         """Pieces accepted and not yet delivered: pending, decoding and vocoding."""
@@ -194,54 +249,71 @@ class SpeechEngine:
 
     def backlog(self) -> dict:
         with self._wake:
-            return {"pending": len(self._pending), "decoding": self._decoding, "vocoding": self._vocoding,
+            return {"pending": len(self._pending), "decoding": self._decoding,
+                    "vocoding": len(self._to_vocode) + self._vocoding_now,
                     "requests_in_flight": len(self._in_flight),
                     "ready_unsent": sum(stream.ready() for stream in self._in_flight)}
 
-    # ---- the engine thread and the vocoder pool --------------------------------------------------------
-    def _vocode_into(self, stream: SpeechStream, index: int, log_mel: np.ndarray) -> None:
-        started = time.perf_counter()
-        try:
-            if not stream.cancelled:  # a departed client's piece is not vocoded
-                stream.deliver(index, self.vocode(log_mel))
-        except Exception as err:  # noqa: BLE001  the request fails, the pool goes on
-            stream.deliver(index, err)
-        finally:
-            with self._wake:
-                self._vocoding -= 1
-                self._vocode_seconds = 0.9 * self._vocode_seconds + 0.1 * (time.perf_counter() - started)
-
-    def _take(self) -> list[tuple]:
+    # ---- the engine thread and the vocoder threads -----------------------------------------------------
+    def _take(self) -> list[_Piece] | None:
+        """The next batch, highest priority first; None once closed. A batch is taken only while fewer than
+        ``batch_size`` decoded pieces wait for the vocoder (so at most ``2 * batch_size - 1`` ever wait there)."""
         with self._wake:
-            while not self._closed and not self._pending:
+            while not self._closed and (not self._pending or len(self._to_vocode) >= self.batch_size):
                 self._wake.wait()
-            self._pending = [item for item in self._pending if not item[2].cancelled]
-            self._pending.sort(key=lambda item: item[:2])  # earliest piece index, then arrival
-            batch, self._pending = self._pending[:self.batch_size], self._pending[self.batch_size:]
+            if self._closed:
+                return None
+            batch = [heapq.heappop(self._pending) for _ in range(min(self.batch_size, len(self._pending)))]
             self._decoding = len(batch)
-            return [(stream, index, ids, voice, scale) for index, _, stream, ids, voice, scale in batch]
+            return batch
 
     def _run(self) -> None:
-        while not self._closed:
-            batch = self._take()
-            if not batch:
-                continue
+        while (batch := self._take()) is not None:
             started = time.perf_counter()
             try:
                 results = self.synthesizer.decode_tokens(
-                    [item[2] for item in batch], [item[3].latents for item in batch], batch_size=self.batch_size,
-                    length_scales=[item[4] for item in batch])
-                for (stream, index, *_), result in zip(batch, results):
-                    if not stream.cancelled:
-                        with self._wake:
-                            self._vocoding += 1
-                        self._vocoders.submit(self._vocode_into, stream, index, result.mel)
-                self.served += len(batch)
+                    [piece.tokens for piece in batch], [piece.voice.latents for piece in batch],
+                    batch_size=self.batch_size, length_scales=[piece.scale for piece in batch])
             except Exception as err:  # noqa: BLE001  one bad batch fails its requests, never the engine
-                for stream, index, *_ in batch:
-                    stream.deliver(index, err)
+                results = None
+                for piece in batch:
+                    piece.stream.deliver(piece.index, err)
+            with self._wake:
+                self._decoding = 0
+                self._decode_seconds = 0.9 * self._decode_seconds + 0.1 * (time.perf_counter() - started) / len(batch)
+                self.served += len(batch) if results is not None else 0
+                for piece, result in zip(batch, results or ()):
+                    piece.stream.decoded += 1
+                    if piece.stream.cancelled:  # cancelled while its batch was decoding
+                        self.dropped += 1
+                    else:
+                        piece.mel = result.mel
+                        heapq.heappush(self._to_vocode, piece)
+                self._wake.notify_all()
+
+    def _vocoder_loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._closed and not self._to_vocode:
+                    self._wake.wait()
+                if self._closed:
+                    return
+                piece = heapq.heappop(self._to_vocode)
+                self._wake.notify_all()  # room on the vocoder queue: the engine thread may decode the next batch
+                if piece.stream.cancelled:  # checked again just before vocoding: a departed client's piece is
+                    self.dropped += 1        # dropped, not vocoded
+                    continue
+                self._vocoding_now += 1
+            started, vocoded = time.perf_counter(), False
+            try:
+                audio = self.vocode(piece.mel)
+                vocoded = True
+                piece.stream.deliver(piece.index, audio)
+            except Exception as err:  # noqa: BLE001  the request fails, the vocoder threads go on
+                piece.stream.deliver(piece.index, err)
             finally:
                 with self._wake:
-                    self._decoding = 0
-                    seconds = (time.perf_counter() - started) / len(batch)
-                    self._decode_seconds = 0.9 * self._decode_seconds + 0.1 * seconds
+                    self._vocoding_now -= 1
+                    piece.stream.vocoded += vocoded
+                    self._vocode_seconds = 0.9 * self._vocode_seconds + 0.1 * (time.perf_counter() - started)
+                    self._wake.notify_all()

@@ -5,7 +5,7 @@ takes them in order, each followed by its pause, as 16-bit PCM: ``pcm16()`` bloc
 awaits on an event loop without holding any thread (the HTTP server's streams). A stream is finished when its
 last piece is taken or when it is cancelled; either way ``on_finish`` runs once, which is how the engine counts
 requests in flight. A cancelled stream drops what it holds and refuses later deliveries, so a departed client's
-audio does not pile up.
+audio does not pile up, and runs the callbacks registered with ``when_cancelled``.
 """
 
 from __future__ import annotations
@@ -38,10 +38,14 @@ class SpeechStream:
         self.cancelled = False
         self.submitted = time.perf_counter()
         self.first_audio: float | None = None  # perf_counter when the first piece was ready
+        # pieces the engine decoded and vocoded for this request (its threads count them under the engine's lock):
+        # once cancelled, a request stops gaining either
+        self.decoded = self.vocoded = 0
         self._delivered: dict[int, "np.ndarray | BaseException"] = {}
         self._next = 0  # the index of the next piece to hand out
         self._changed = threading.Condition()
         self._wakers: list[Callable[[], None]] = []  # async consumers waiting for a delivery or a cancel
+        self._on_cancel: list[Callable[[], None]] = []  # see when_cancelled
         self._on_finish = on_finish
         self._finished = False
 
@@ -61,13 +65,24 @@ class SpeechStream:
     def cancel(self) -> None:
         """The client went away (or will not be served): drop what is held; the engine skips the rest."""
         with self._changed:
+            first = not self.cancelled
             self.cancelled = True
             self._delivered.clear()
             self._changed.notify_all()
             wakers, self._wakers = self._wakers, []
-        for wake in wakers:
+            callbacks, self._on_cancel = (self._on_cancel, []) if first else ([], [])
+        for wake in wakers + callbacks:
             wake()
         self._finish()
+
+    def when_cancelled(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once when the stream is cancelled (now if it already is), from the cancelling thread:
+        the HTTP response uses it to abandon a send blocked on a client that does not read."""
+        with self._changed:
+            if not self.cancelled:
+                self._on_cancel.append(callback)
+                return
+        callback()
 
     def taken(self) -> int:
         """Pieces handed to the consumer so far."""
