@@ -196,7 +196,8 @@ def test_a_client_that_leaves_after_its_first_chunk_has_at_most_a_few_of_its_40_
 
     def slow_vocoder(stream: SpeechStream, index: int, audio) -> None:
         if len(stream.pieces) == 40:
-            streams.append(stream) if stream not in streams else None
+            if stream not in streams:
+                streams.append(stream)
             deadline = time.monotonic() + 30
             while index > 0 and not stream.cancelled and time.monotonic() < deadline:
                 time.sleep(0.01)
@@ -229,7 +230,7 @@ def test_a_client_that_leaves_after_its_first_chunk_has_at_most_a_few_of_its_40_
 def test_an_older_request_finishes_within_a_few_batches_under_a_steady_stream_of_new_ones(server):
     """Every batch the engine decodes brings four new one-piece requests (as many as a batch takes): earliest piece
     index first alone would serve them forever ahead of the older request's second and third pieces."""
-    url, engine, expected = server
+    _, engine, _ = server
     decode, inside, go = engine.synthesizer.decode_tokens, threading.Event(), threading.Event()
     newcomers, batches_seen = [], []  # batches_seen: the older request's pieces decoded when each batch began
     older = None
@@ -273,8 +274,8 @@ def test_a_failure_after_the_headers_cuts_the_transfer_and_logs_the_request_id(s
     engine.vocode = broken
     host, port = url.removeprefix("http://").split(":")
     try:
-        with caplog.at_level(logging.WARNING, logger="myxtts.serve"):
-            connection = http.client.HTTPConnection(host, int(port), timeout=60)
+        with caplog.at_level(logging.WARNING, logger="myxtts.serve"), \
+                contextlib.closing(http.client.HTTPConnection(host, int(port), timeout=60)) as connection:
             connection.request("POST", "/v1/audio/speech", json.dumps({"input": TWO_SENTENCES, "voice": "linda"}),
                                {"Content-Type": "application/json"})
             response = connection.getresponse()
@@ -282,7 +283,6 @@ def test_a_failure_after_the_headers_cuts_the_transfer_and_logs_the_request_id(s
             request_id = response.getheader("x-request-id")
             with pytest.raises(http.client.IncompleteRead):  # no final chunk: not a clean end
                 response.read()
-            connection.close()
     finally:
         del engine.vocode  # the class's method again
     assert request_id.startswith("req_")
