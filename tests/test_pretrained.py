@@ -119,3 +119,55 @@ def test_shipped_base_speaks_in_voices_it_never_heard(tmp_path):
         cosine = float(direction @ real_direction / (np.linalg.norm(direction) * np.linalg.norm(real_direction)))
         moved = float(np.abs(direction).mean()) / float(np.abs(real_direction).mean())
         assert cosine >= 0.7 and moved >= 0.5, (index, cosine, moved)
+
+
+# ---- the shipped vocoder ----------------------------------------------------------------------------------------
+VOCODER = REPO / "pretrained" / "vocoder-vocos-ljspeech"
+HELD_OUT_CLIP = BUNDLED / "wavs" / "LJ001-0174.wav"  # one of the vocoder benchmark's held-out clips: never trained on
+
+
+def test_shipped_vocoder_is_complete_small_fits_the_base_and_its_card_describes_it():
+    from myxtts.config import load_config
+    from myxtts.vocoder.neural import check_audio_match, read_vocoder_dir
+
+    _, record = read_vocoder_dir(VOCODER)
+    size = sum(p.stat().st_size for p in VOCODER.rglob("*") if p.is_file())
+    assert size < MAX_BYTES, f"{size} bytes"
+    check_audio_match(VOCODER, record["audio"], "the shipped base", load_config(PRETRAINED / "config.yaml").audio)
+    card = (REPO / "docs" / "pretrained.md").read_text(encoding="utf-8")
+    assert f"step {record['step']:,}" in card and f"{record['training_minutes']:.0f} training minutes" in card
+    for name in ("config.yaml", "vocoder.json"):
+        text = (VOCODER / name).read_text(encoding="utf-8")
+        assert "/work/" not in text and "/tmp/" not in text, name
+    # it ships its discriminators, and the clone recipe (configs/vocoder-finetune.yaml) builds the same generator
+    # and discriminators, so its warm start restores both: a fine-tune against trained discriminators
+    from myxtts.vocoder.discriminators import build_discriminators
+    from myxtts.vocoder.generators import build_generator
+    from myxtts.vocoder.neural import restore_generator
+
+    recipe = load_config(REPO / "configs" / "vocoder-finetune.yaml")
+    restored = restore_generator(VOCODER, recipe, build_generator(recipe), build_discriminators(recipe))
+    assert record["discriminators"] is True and restored["discriminators"] is True
+
+
+def test_shipped_vocoder_resynthesises_a_held_out_clip_and_speaks_for_the_base(tmp_path):
+    from myxtts.audio import MelFrontend, load_audio
+    from myxtts.config import load_config
+    from myxtts.vocoder.generators import build_generator
+    from myxtts.vocoder.neural import NeuralVocoder, load_vocoder
+
+    audio_cfg = load_config(PRETRAINED / "config.yaml").audio
+    frontend = MelFrontend(audio_cfg)
+    mel = frontend(load_audio(HELD_OUT_CLIP, audio_cfg.sample_rate)).numpy()  # [frames, n_mels]
+    shipped = load_vocoder(VOCODER, audio_cfg)
+    untrained = NeuralVocoder(build_generator(load_config(VOCODER / "config.yaml")), audio_cfg)
+
+    def mel_error(vocoder) -> float:
+        return float(np.mean(np.abs(frontend(vocoder(mel)).numpy() - mel)))
+
+    assert mel_error(shipped) < 0.5 * mel_error(untrained)
+    out = tmp_path / "base.wav"
+    _cli(["synthesize", "--run", str(PRETRAINED), "--vocoder", str(VOCODER), "--text", "Printing, in the only sense.",
+          "--reference", str(sorted((BUNDLED / "wavs").glob("*.wav"))[0]), "--out", str(out)])
+    audio, rate = sf.read(out)
+    assert rate == audio_cfg.sample_rate and 0.8 < len(audio) / rate < 4.0 and np.sqrt(np.mean(audio ** 2)) > 0.01
