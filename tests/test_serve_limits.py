@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from typing import Iterator
 
 import pytest
@@ -295,12 +294,10 @@ def test_sigterm_lets_a_short_stream_finish_cuts_a_stalled_one_and_exits_0(paral
         response = short.getresponse()
         assert response.status == 200
         process.send_signal(signal.SIGTERM)
-        signalled = time.monotonic()
         wav = response.read()  # read to its clean end within the grace (a cut would raise IncompleteRead)
         assert len(wav) > 44 and wav[:4] == b"RIFF"
         _wait_until(lambda: not _accepts(port), grace)  # no new connections
         assert process.wait(timeout=grace + 60) == 0, log_path.read_text()
-        assert time.monotonic() - signalled < grace + 20  # the grace, then the engine's threads and TF's teardown
         with contextlib.suppress(ConnectionResetError):
             while chunk := stalled.recv(1 << 20):
                 received += chunk
