@@ -89,13 +89,15 @@ def test_evaluate_reports_speech_cut_at_the_largest_bucket(prepared_cache, bundl
     from myxtts.model import build_model
     from myxtts.synthesis import save_run
     from myxtts.text import Vocabulary
+    from test_train import trainer_config
 
+    cfg = trainer_config(prepared_cache)  # the smallest parallel model: the cut is the decoders' shared length rule
     vocabulary = Vocabulary.load(prepared_cache.cache_dir / "vocab.json")
-    model = build_model(prepared_cache, len(vocabulary))
+    model = build_model(cfg, len(vocabulary))
     projection = model.duration_predictor.output_proj  # 7 frames per token: texts over 125 tokens overrun 880
     projection.kernel.assign(tf.zeros_like(projection.kernel))
     projection.bias.assign([np.log(1.0 + 7.0)])
-    save_run(tmp_path / "run", prepared_cache, model, vocabulary)
+    save_run(tmp_path / "run", cfg, model, vocabulary)
     out = tmp_path / "report.json"
     result = CliRunner().invoke(main, ["evaluate", "--run", str(tmp_path / "run"), "--data", str(bundled_corpus),
                                        "--limit", "8", "--json", str(out)])

@@ -3,7 +3,6 @@ killed mid-way and rerun, and a CLI whose stderr carries no TensorFlow start-up 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -113,11 +112,11 @@ def test_startup_chatter_lines_are_recognised():
 def test_second_train_on_a_workdir_fails_naming_the_first_and_ctrl_c_stops_the_first_at_a_checkpoint(
         prepared_cache, tmp_path):
     """(That kill -9 leaves no stale lock: test_train_resume resumes into the directory of a run killed so.)"""
-    from myxtts.config import save_config
+    from test_train import trainer_config, write_config
 
-    config = tmp_path / "config.yaml"
-    save_config(prepared_cache.replace(training=dataclasses.replace(prepared_cache.training, max_steps=100000)),
-                config)
+    # the trainer tests' smallest model on one bucket: what is under test is the lock and the stop, not the model
+    config = write_config(trainer_config(prepared_cache, data={"num_buckets": 1}, training={
+        "max_steps": 100000, "log_every": 1, "validate_every": 100000, "summary_every": 0}), tmp_path / "config.yaml")
     workdir = tmp_path / "run"
     first_log = tmp_path / "first.log"
     with open(first_log, "w") as log:

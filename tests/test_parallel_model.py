@@ -95,7 +95,7 @@ def test_a_checkpoint_of_the_earlier_design_is_a_clear_error(tmp_path):
     import yaml
 
     from myxtts.synthesis import RunError, Synthesizer
-    from myxtts.synthesis.loading import EARLIER_DESIGN, checkpoint_decoder_type
+    from myxtts.model.restore import EARLIER_DESIGN, checkpoint_decoder_type
 
     earlier = tf.Module()
     earlier.decoder = tf.Module()

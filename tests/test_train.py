@@ -132,13 +132,26 @@ def test_checkpoint_falls_back_when_newest_is_half_written(tmp_path):
 
 
 @pytest.mark.slow
-def test_trainer_with_steps_per_execution_runs_blocks_without_retracing(prepared_cache, tmp_path):
+def test_trainer_with_steps_per_execution_runs_blocks_without_retracing(prepared_cache, tmp_path, monkeypatch):
     """training.steps_per_execution = 2 on several buckets: one traced call per bucket runs 2 steps; logs,
-    validation and checkpoints land on the first block boundary at or after their interval; 0 retraces."""
-    from myxtts.training import run
+    validation, summaries and checkpoints land on the first block boundary at or after their interval; 0 retraces.
+    The run is self-contained: mel_stats.json (the cache's train-split statistics, what the batches were normalised
+    with) sits next to vocab.json; the summary images / Griffin-Lim audio get denormalised (real) log mels."""
+    from myxtts.data.cache import FeatureCache
+    from myxtts.data.mel_stats import MelStats
+    from myxtts.training import reporting, run
+
+    captured = []
+    original = reporting.MetricsLog.images_and_audio
+
+    def capture(self, step, mel, target, alignment, audio, sample_rate):
+        captured.append((step, mel, target, audio))
+        return original(self, step, mel, target, alignment, audio, sample_rate)
+
+    monkeypatch.setattr(reporting.MetricsLog, "images_and_audio", capture)
     cfg = trainer_config(prepared_cache, data={"num_buckets": 2}, training={
         "max_steps": 12, "steps_per_execution": 2, "log_every": 3, "validate_every": 5, "checkpoint_every": 5,
-        "summary_every": 0, "strict_retracing": True, "warmup_steps": 2})
+        "summary_every": 7, "strict_retracing": True, "warmup_steps": 2})
     summary = run(cfg, tmp_path / "run", progress=False, echo=lambda _: None)
     assert summary["steps"] == 12 and summary["updates"] == 12 and summary["retraces_after_warmup"] == 0
     train_names = [name for name in summary["traces"] if name.startswith("train_")]
@@ -152,6 +165,19 @@ def test_trainer_with_steps_per_execution_runs_blocks_without_retracing(prepared
     checkpoints = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("ckpt-*.index"))
     assert checkpoints == ["ckpt-10.index", "ckpt-12.index", "ckpt-6.index"]
 
+    cache = FeatureCache.load(prepared_cache)
+    stats = MelStats.load(tmp_path / "run" / "mel_stats.json")
+    np.testing.assert_array_equal(stats.mean, cache.mel_mean)
+    np.testing.assert_array_equal(stats.std, cache.mel_std)
+    assert [step for step, *_ in captured] == [8]  # the first block boundary at or after step 7
+    _, mel, target, audio = captured[-1]
+    # the target image is the cached (real) log mel of the first validation utterance, not its normalised form
+    matches = [row for row in cache.split_indices("validation") if cache.mel_lengths[row] == target.shape[0]]
+    assert any(np.allclose(target, cache.utterance_mel(row).astype(np.float32), atol=1e-4) for row in matches)
+    assert mel.shape == target.shape and audio is not None and np.all(np.isfinite(audio))
+    # a briefly trained model's normalised output is near 0: denormalised, it sits at the corpus' level (mean ~ -5)
+    assert abs(float(mel.mean()) - float(cache.mel_mean.mean())) < 2.0
+
 
 def test_resuming_with_a_misaligned_steps_per_execution_is_a_clear_error():
     from myxtts.training.trainer import check_block_alignment
@@ -159,38 +185,6 @@ def test_resuming_with_a_misaligned_steps_per_execution_is_a_clear_error():
     check_block_alignment(250, 1000, 2)
     with pytest.raises(ValueError, match=r"Resuming at step 250: training.max_steps \(1000\)"):
         check_block_alignment(250, 1000, 4)  # 250 + 4 x 188 = 1002: past max_steps
-
-
-def test_run_dir_holds_the_mel_stats_and_summaries_show_real_log_mels(prepared_cache, tmp_path, monkeypatch):
-    """The run is self-contained: mel_stats.json (the cache's train-split statistics, what the batches were
-    normalised with) sits next to vocab.json; the summary images / Griffin-Lim audio get denormalised mels."""
-    from myxtts.data.cache import FeatureCache
-    from myxtts.data.mel_stats import MelStats
-    from myxtts.training import reporting, run
-
-    captured = []
-    original = reporting.MetricsLog.images_and_audio
-
-    def capture(self, step, mel, target, alignment, audio, sample_rate):
-        captured.append((mel, target, audio))
-        return original(self, step, mel, target, alignment, audio, sample_rate)
-
-    monkeypatch.setattr(reporting.MetricsLog, "images_and_audio", capture)
-    cfg = trainer_config(prepared_cache, data={"num_buckets": 1}, training={
-        "max_steps": 2, "summary_every": 2, "validate_every": 100, "log_every": 1, "checkpoint_every": 2})
-    run(cfg, tmp_path / "run", progress=False, echo=lambda _: None)
-    cache = FeatureCache.load(prepared_cache)
-    stats = MelStats.load(tmp_path / "run" / "mel_stats.json")
-    np.testing.assert_array_equal(stats.mean, cache.mel_mean)
-    np.testing.assert_array_equal(stats.std, cache.mel_std)
-    assert captured
-    mel, target, audio = captured[-1]
-    # the target image is the cached (real) log mel of the first validation utterance, not its normalised form
-    matches = [row for row in cache.split_indices("validation") if cache.mel_lengths[row] == target.shape[0]]
-    assert any(np.allclose(target, cache.utterance_mel(row).astype(np.float32), atol=1e-4) for row in matches)
-    assert mel.shape == target.shape and audio is not None and np.all(np.isfinite(audio))
-    # an untrained model's normalised output is near 0: denormalised, it sits at the corpus' level (mean ~ -5)
-    assert abs(float(mel.mean()) - float(cache.mel_mean.mean())) < 2.0
 
 
 def test_a_signal_asks_the_loop_to_stop_and_a_second_one_acts_at_once():

@@ -4,7 +4,7 @@ The locks are ``flock`` locks on a file inside the directory: the kernel release
 ends, however it ends (``kill -9`` included), so there is never a stale lock to clean up. Next to the lock
 the holder records its pid, host, start time and command line, which the error of a second process names.
 
-- A run directory (``RUN_LOCK``): one writer at a time (``train``, and anything that writes into a run).
+- A run directory (``RunDir.LOCK``): one writer at a time (``train``, and anything that writes into a run).
   A second writer fails at once (``DirectoryBusyError``). Readers (synthesis, TensorBoard) take no lock.
 - A cache directory: ``prepare`` holds ``CACHE_WRITE_LOCK`` (a second ``prepare`` waits for the first, then
   finds the cache up to date); ``train`` holds ``CACHE_READ_LOCK`` shared for as long as it reads the cache,
@@ -31,7 +31,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-RUN_LOCK = "run.lock"
+from myxtts.run_dir import RunDir
+
 CACHE_WRITE_LOCK = "prepare.lock"
 CACHE_READ_LOCK = "readers.lock"
 READERS_DIR = "readers"  # one holder record per process holding CACHE_READ_LOCK shared
@@ -191,7 +192,7 @@ class DirectoryLock:
 
 def lock_run_directory(workdir: Path | str) -> DirectoryLock:
     """The writer's lock on a run directory, taken at once or ``DirectoryBusyError``."""
-    return DirectoryLock(workdir, RUN_LOCK).acquire(
+    return DirectoryLock(workdir, RunDir.LOCK).acquire(
         what=f"the run directory {workdir} is being written by another process",
         advice="Wait for it to finish (or stop it), or choose another --workdir. Reading the run (synthesize, "
                "TensorBoard) needs no lock.")

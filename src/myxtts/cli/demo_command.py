@@ -15,6 +15,7 @@ import click
 import numpy as np
 
 from myxtts.cli.common import clean_errors, config_option, load, override_option, vocoder_option
+from myxtts.run_dir import RunDir
 
 DEMO_TEXT = "Printing, in the only sense with which we are at present concerned, is a modern art."
 TRAINING_SENTENCES = 5  # training-set sentences synthesized and listened to (their recordings are the ceiling)
@@ -69,7 +70,7 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     _stage("3/5 train")
     from myxtts.training import run
 
-    has_checkpoint = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir())
+    has_checkpoint = RunDir(run_dir).has_checkpoint()
     train_summary = run(cfg, run_dir, resume=has_checkpoint and not fresh, stop_on_signals=True)
     if train_summary["interrupted_by"]:  # Ctrl-C: the checkpoint is saved; the same command resumes from it
         from myxtts.training.interrupt import die_by
@@ -87,7 +88,7 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     if reference is None:
         raise ValueError("The demo needs at least one prepared training clip as the reference voice.")
     waveform = synthesizer.synthesize(text, reference)
-    wav_path = run_dir / "demo.wav"
+    wav_path = RunDir(run_dir).demo_wav
     write_wav(wav_path, waveform, cfg.audio.sample_rate)
     click.echo(f"text: {text!r}")
     click.echo(f"reference: {reference}")
@@ -119,7 +120,7 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
         f"alignment plot:             {check.sentences[0].plot}",
         f"vocoder:                    {vocoder_path}",
         f"wav:                        {wav_path}",
-        f"TensorBoard:                tensorboard --logdir {run_dir / 'tensorboard'}",
+        f"TensorBoard:                tensorboard --logdir {RunDir(run_dir).tensorboard}",
     ]
     click.echo("\n".join(lines))
 
@@ -142,7 +143,7 @@ def _listen(cfg, synthesizer, text: str, sentences: list[tuple[str, Path]], refe
     from myxtts.evaluation.listening_measures import recognizer_available
     from myxtts.evaluation.speech_check import check_speech
 
-    plot_dir = run_dir / "listening"
+    plot_dir = RunDir(run_dir).listening
     plot_dir.mkdir(parents=True, exist_ok=True)
     recordings = [None] + [load_audio(path, cfg.audio.sample_rate) for _, path in sentences]
     texts = [text] + [sentence for sentence, _ in sentences]
@@ -152,7 +153,7 @@ def _listen(cfg, synthesizer, text: str, sentences: list[tuple[str, Path]], refe
     for item in check.sentences:
         heard = f" | heard: {item.heard!r} (CER {item.cer:.2f})" if item.heard is not None else ""
         click.echo(f"- {item.text[:60]!r}: {item.seconds:.1f} s, {item.frames_per_token:.1f} frames per token{heard}")
-    (run_dir / "listening.json").write_text(json.dumps(check.to_dict(), indent=2), encoding="utf-8")
+    RunDir(run_dir).listening_record.write_text(json.dumps(check.to_dict(), indent=2), encoding="utf-8")
     return check
 
 

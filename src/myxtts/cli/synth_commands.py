@@ -254,9 +254,10 @@ def pack_command(run_dir: str, out_dir: str, force: bool, with_discriminators: b
     """A run's newest model, without optimizer state, as a folder to ship: synthesize --run and train --init-from
     take it."""
     from myxtts.synthesis.loading import pack_run
-    from myxtts.vocoder.neural import VOCODER_FILE, pack_vocoder
+    from myxtts.run_dir import RunDir
+    from myxtts.vocoder.neural import pack_vocoder
 
-    if (Path(run_dir) / VOCODER_FILE).is_file():  # a `train-vocoder` run: its generator alone
+    if RunDir(run_dir).vocoder_record.is_file():  # a `train-vocoder` run: its generator alone
         record = pack_vocoder(run_dir, out_dir, force=force, with_discriminators=with_discriminators)
         kept = "generator and discriminators" if with_discriminators else "generator"
         click.echo(f"packed vocoder step {record['step']}, {record['training_minutes']:.1f} training minutes "

@@ -129,7 +129,6 @@ def index_problem(cache_dir: Path, manifest: dict[str, Any]) -> str:
     return ""
 
 
-CORPUS_FILE = "corpus.json"  # a run's corpus summary (written by the trainer, read by warm starts and model cards)
 
 
 def corpus_summary(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from typing import Any, Iterable
 
 import numpy as np
 
-MEL_STATS_FILE = "mel_stats.json"  # in a run directory (the manifest holds the same dict under "mel_stats")
 STD_FLOOR = 1e-2  # log-mel units: a constant (or near-constant) bin is scaled by at most 1 / STD_FLOOR
 
 

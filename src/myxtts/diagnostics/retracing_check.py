@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from myxtts.config import Config
 from myxtts.diagnostics.retracing_report import ERROR, INFO, WARNING, Finding, RetracingReport, brief
+from myxtts.run_dir import RunDir
 
 # ---- check 1: config --------------------------------------------------------------------------------
 
@@ -195,7 +196,7 @@ def run_training(cfg: Config, steps: int, workdir: Path, echo: Callable[[str], N
     monitor = traces.monitor
     unexpected = [event for event in monitor.events if event.unexpected] if monitor is not None else []
     records = []
-    metrics = workdir / "metrics.jsonl"
+    metrics = RunDir(workdir).metrics
     if metrics.is_file():
         records = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
     step_times = [float(r["step_time"]) for r in records if r.get("split") == "train" and "step_time" in r]

@@ -30,6 +30,7 @@ import tensorflow as tf
 from myxtts.audio import load_audio
 from myxtts.config import Config
 from myxtts.data.corpus import CorpusEntry, read_corpus
+from myxtts.diagnostics.tf_warning import first_trace_expected
 from myxtts.evaluation.metrics import attention_diagonality, focus_rate, mel_cepstral_distortion
 from myxtts.machine import machine
 from myxtts.synthesis.synthesizer import Synthesizer
@@ -116,8 +117,9 @@ class TeacherForcing:
         batch = {"tokens": padded_tokens, "token_lengths": np.array([len(tokens)], np.int32), "mel": padded_mel,
                  "mel_lengths": np.array([true_frames], np.int32), "reference_mel": reference_mel[None],
                  "reference_lengths": np.array([reference_length], np.int32), "speaker_ids": np.zeros([1], np.int32)}
-        outputs = {k: v.numpy()[0] for k, v in self._function(text_len, frames)(
-            {k: tf.constant(v) for k, v in batch.items()}).items()}
+        function = self._function(text_len, frames)
+        with first_trace_expected(function):  # one function per bucket shape: its first trace is the design
+            outputs = {k: v.numpy()[0] for k, v in function({k: tf.constant(v) for k, v in batch.items()}).items()}
         alignment = outputs["alignments"][:true_frames, : len(tokens)]  # [frames, tokens] soft, the aligner's
         mel_after = stats.denormalize(outputs["mel_after"][:true_frames])  # [true_frames, n_mels] real log mel
         aligner_log = np.log1p(outputs["durations"][: len(tokens)].astype(np.float64))

@@ -2,8 +2,8 @@
 
 from myxtts.synthesis.decoding import CompiledDecoder, SynthesisLengthError
 from myxtts.synthesis.lengths import LengthPolicy, TextTooLongError
-from myxtts.synthesis.loading import (RunError, latest_checkpoint, load_model_from_checkpoint, load_model_from_run,
-                                      save_run)
+from myxtts.run_dir import RunError, latest_checkpoint
+from myxtts.synthesis.loading import load_model_from_checkpoint, load_model_from_run, save_run
 from myxtts.synthesis.synthesizer import LongSynthesis, SynthesisResult, Synthesizer, write_results
 from myxtts.synthesis.text_split import TextPiece, split_text
 

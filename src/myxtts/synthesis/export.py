@@ -121,7 +121,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path, config: str | Path | No
     written beside it and swapped in only once complete, so a failure leaves ``out_dir`` as it was."""
     from myxtts.vocoder.neural import load_vocoder
 
-    from myxtts.synthesis.loading import checkpoint_step, latest_checkpoint, load_model_from_run, load_run_mel_stats
+    from myxtts.run_dir import checkpoint_step, latest_checkpoint, load_run_mel_stats
+    from myxtts.synthesis.loading import load_model_from_run
     from myxtts.synthesis.output_folder import EXPORT, check_output_folder, write_staged
 
     out_dir = Path(out_dir)

@@ -27,7 +27,8 @@ from typing import Callable, TypeVar
 
 from myxtts.data.cache import INDEX_FILE, MANIFEST_FILE
 from myxtts.data.journal import JOURNAL_FILE
-from myxtts.locks import CACHE_WRITE_LOCK, RUN_LOCK
+from myxtts.locks import CACHE_WRITE_LOCK
+from myxtts.run_dir import RunDir
 
 CACHE = "a prepared cache"
 RUN = "a training run"
@@ -37,7 +38,7 @@ EXPORT = "an export"
 PACKED = (PACKED_MODEL, PACKED_VOCODER)
 
 CACHE_MARKERS = (MANIFEST_FILE, INDEX_FILE, CACHE_WRITE_LOCK, JOURNAL_FILE)
-RUN_MARKERS = (RUN_LOCK, "metrics.jsonl")  # written only by a training, never by pack or export
+RUN_MARKERS = (RunDir.LOCK, RunDir.METRICS)  # written only by a training, never by pack or export
 MAX_FOLDERS_SEARCHED = 2000  # a non-empty --out is searched this far for a run or cache inside it
 
 T = TypeVar("T")
@@ -57,10 +58,11 @@ def folder_kind(folder: Path) -> str | None:
         return RUN
     if (folder / "saved_model.pb").is_file() and (folder / "assets" / "export.json").is_file():
         return EXPORT
-    if (folder / "config.yaml").is_file() and (folder / "checkpoints").is_dir():
-        if (folder / "model.json").is_file():
+    run = RunDir(folder)
+    if run.config.is_file() and run.checkpoints.is_dir():
+        if run.model_record.is_file():
             return PACKED_MODEL
-        if "source_checkpoint" in _json_keys(folder / "vocoder.json"):  # pack_vocoder's record; a run's has none
+        if "source_checkpoint" in _json_keys(run.vocoder_record):  # pack_vocoder's record; a run's has none
             return PACKED_VOCODER
         return RUN
     return None

@@ -24,8 +24,8 @@ from myxtts.data.mel_stats import MelStats
 from myxtts.model import TTSModel
 from myxtts.synthesis.decoding import CompiledDecoder
 from myxtts.synthesis.lengths import LengthPolicy
-from myxtts.synthesis.loading import (find_mel_stats, load_model_from_checkpoint, load_model_from_run,
-                                     load_run_mel_stats)
+from myxtts.run_dir import find_mel_stats, latest_checkpoint, load_run_mel_stats
+from myxtts.synthesis.loading import load_model_from_checkpoint, load_model_from_run
 from myxtts.synthesis.text_split import TextPiece, split_text
 from myxtts.text import PAD_ID, TextError, Vocabulary
 from myxtts.vocoder import GriffinLim, Vocoder
@@ -97,8 +97,6 @@ class Synthesizer:
     @classmethod
     def from_run(cls, run_dir: str | os.PathLike, config: str | os.PathLike | None = None,
                  **kwargs) -> "Synthesizer":
-        from myxtts.synthesis.loading import latest_checkpoint
-
         cfg, model, vocabulary = load_model_from_run(run_dir, config)
         synthesizer = cls(cfg, model, vocabulary, mel_stats=load_run_mel_stats(run_dir, cfg), **kwargs)
         synthesizer.checkpoint = latest_checkpoint(run_dir)

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.diagnostics import RetraceMonitor
+from myxtts.run_dir import RunDir
 
 
 class TraceAccounting:
@@ -60,7 +61,7 @@ class MetricsLog:
 
     def __init__(self, run_dir: Path, enabled: bool = True):
         self.enabled = enabled
-        self.path = run_dir / "metrics.jsonl"
+        self.path = RunDir(run_dir).metrics
         self.run_dir = run_dir
         self.writers: dict[str, Any] = {}
         if enabled:
@@ -71,7 +72,7 @@ class MetricsLog:
     def writer(self, split: str) -> Any:
         """The TensorBoard writer of ``split`` (``tensorboard/<split>``), created at its first use."""
         if split not in self.writers:
-            self.writers[split] = tf.summary.create_file_writer(str(self.run_dir / "tensorboard" / split))
+            self.writers[split] = tf.summary.create_file_writer(str(RunDir(self.run_dir).tensorboard / split))
         return self.writers[split]
 
     def write(self, record: dict[str, Any], split: str = "train") -> None:

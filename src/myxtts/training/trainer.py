@@ -5,21 +5,13 @@ pipeline, all traced and run once at warm-up (weights and counters restored exac
 is a bug (``training.strict_retracing`` raises with the explainer's explanation); nothing on the hot
 path but ``next(iterator)`` and the compiled call.
 
-Run directory (what ``myxtts.synthesis`` relies on)::
-
-    WORKDIR/config.yaml  resolved config     WORKDIR/vocab.json   vocabulary of the cache
-    WORKDIR/mel_stats.json  per-bin mel mean / std the model's mels are normalised with (the cache's; a warm
-                         start's source's, training.init_mel_stats)
-    WORKDIR/checkpoints/ model, optimizer, counters, data iterator
-    WORKDIR/metrics.jsonl, WORKDIR/tensorboard/{train,validation,listening}/, WORKDIR/retraces.jsonl
-    WORKDIR/corpus.json  languages, speakers, utterances per split of the training corpus
-    WORKDIR/init_from.json  a warm start's source checkpoint, its step, the symbols it lacked, the frozen modules
-    WORKDIR/run.lock     held by the process training into it (its pid, host, start): one writer at a time
+The run directory it writes (config, vocabulary, mel statistics, corpus summary, warm-start record,
+checkpoints with the model, optimizer, counters and data iterator, metrics, summaries, retraces, the lock):
+``myxtts.run_dir``, the one place that names its files.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import time
@@ -33,6 +25,7 @@ import tensorflow as tf
 from myxtts.config import Config, save_config
 from myxtts.diagnostics.tf_warning import expected_traces
 from myxtts.locks import lock_cache_for_reading, lock_run_directory
+from myxtts.run_dir import RunDir
 from myxtts.training.checkpoint import Checkpoints
 from myxtts.training.device_feed import DeviceFeed, default_device
 from myxtts.training.distribute import check_divisible, is_chief, make_strategy
@@ -84,11 +77,10 @@ class Trainer(StagedRun):
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self.chief:  # one writer per run directory: a second `train` fails here, before touching anything
             self.locks.append(lock_run_directory(self.workdir))
-            save_config(self.cfg, self.workdir / "config.yaml")
+            save_config(self.cfg, RunDir(self.workdir).config)
 
     def stage_data(self) -> None:
-        from myxtts.data.cache import CORPUS_FILE, VOCAB_FILE, corpus_summary
-        from myxtts.data.mel_stats import MEL_STATS_FILE
+        from myxtts.data.cache import VOCAB_FILE, corpus_summary
         from myxtts.data.pipeline import InputPipeline
         from myxtts.text import Vocabulary
 
@@ -108,10 +100,10 @@ class Trainer(StagedRun):
         self.mel_stats = self.train_pipeline.mel_stats  # batches are normalised; synthesis denormalises with these
         self.languages = self.train_pipeline.source.manifest["languages"]
         if self.chief:
-            shutil.copyfile(vocab_path, self.workdir / "vocab.json")
-            self.mel_stats.save(self.workdir / MEL_STATS_FILE)
-            corpus = corpus_summary(self.train_pipeline.source.manifest)  # read by a warm start from this run
-            (self.workdir / CORPUS_FILE).write_text(json.dumps(corpus, indent=1, ensure_ascii=False), encoding="utf-8")
+            run = RunDir(self.workdir)
+            shutil.copyfile(vocab_path, run.vocab)
+            self.mel_stats.save(run.mel_stats)
+            run.write_json(run.corpus, corpus_summary(self.train_pipeline.source.manifest))  # read by a warm start
         # the iterator is checkpointed with the model (its position and shuffle state)
         self.iterator = iter(self.train_pipeline.dataset(repeat=True))
 
@@ -127,7 +119,7 @@ class Trainer(StagedRun):
         self.parameters = count_parameters(self.model)
 
     def stage_checkpoint(self) -> None:
-        directory = self.workdir / "checkpoints"
+        directory = RunDir(self.workdir).checkpoints
         if not self.chief:  # other workers save too (collectives) but into a scratch folder
             directory = self.workdir / f"worker-{self.strategy.cluster_resolver.task_id}-scratch"
         # a tf.data service iterator cannot be saved: with data.service_address a resume restarts the stream
@@ -142,7 +134,7 @@ class Trainer(StagedRun):
             raise WorkdirError(f"{directory} already holds checkpoints ({self.checkpoints.latest}); pass --resume to "
                                "continue that run or choose another --workdir.")
         if self.resume and self.checkpoints.latest:
-            from myxtts.synthesis.loading import checkpoint_decoder_type, decoder_mismatch
+            from myxtts.model.restore import checkpoint_decoder_type, decoder_mismatch
 
             problem = decoder_mismatch(f"{directory} (checkpoint {self.checkpoints.latest})",
                                        checkpoint_decoder_type(self.checkpoints.latest), self.cfg.model.decoder)
@@ -157,7 +149,7 @@ class Trainer(StagedRun):
 
     def stage_compile(self) -> None:
         t = self.cfg.training
-        self.traces = TraceAccounting(t.strict_retracing, self.workdir / "retraces.jsonl" if self.chief else None)
+        self.traces = TraceAccounting(t.strict_retracing, RunDir(self.workdir).retraces if self.chief else None)
         self.steps.build(self.signatures, self.traces.watch)
         self.summary_batch, self.summary_function = None, None
         if t.summary_every and self.chief and t.distribution == "none":

@@ -6,12 +6,10 @@ adversarial step) is one compiled graph, traced and run once at warm-up (weights
 A GAN vocoder learns faster when it starts from a generator that already reconstructs, and the reconstruction step
 costs a fraction of an adversarial one. ``training.max_nonfinite_steps`` non-finite steps in a row stop the run.
 
-Vocoder run directory::
-
-    WORKDIR/config.yaml   resolved config        WORKDIR/vocoder.json  family, sizes, audio front-end (see neural.py)
-    WORKDIR/checkpoints/  generator, discriminators, both optimizers, counters, the data iterator
-    WORKDIR/metrics.jsonl, WORKDIR/tensorboard/{train,validation}/, WORKDIR/retraces.jsonl, WORKDIR/run.lock
-    WORKDIR/acoustic-mels/  with --acoustic-run: that model's teacher-forced mels (source.json names its checkpoint)
+The run directory (``myxtts.run_dir``) holds, besides the acoustic trainer's files, ``vocoder.json`` (family, sizes,
+the audio settings it reads) and, with ``--acoustic-run``, ``acoustic-mels/`` (that model's teacher-forced mels;
+``source.json`` names its checkpoint); its checkpoints hold generator, discriminators, both optimizers, counters and
+the data iterator.
 """
 
 from __future__ import annotations
@@ -29,6 +27,7 @@ import tensorflow as tf
 from myxtts.config import Config, TrainingConfig, save_config
 from myxtts.diagnostics.tf_warning import expected_traces
 from myxtts.locks import lock_cache_for_reading, lock_run_directory
+from myxtts.run_dir import RunDir
 from myxtts.training.checkpoint import Checkpoints
 from myxtts.training.interrupt import StopOnSignals
 from myxtts.training.reporting import MetricsLog, StepTimer, TraceAccounting
@@ -40,9 +39,6 @@ logger = logging.getLogger(__name__)
 ACOUSTIC_ONLY_TRAINING_KEYS = ("gradient_accumulation_steps", "steps_per_execution", "mixed_precision",
                                "enable_xla_compilation", "listen_sentences", "distribution", "init_mel_stats",
                                "freeze")
-
-
-ACOUSTIC_MELS_DIR = "acoustic-mels"  # an acoustic run's teacher-forced mels, in the cache's utterance layout
 
 
 class VocoderTrainingError(ValueError):
@@ -79,7 +75,7 @@ class VocoderTrainer(StagedRun):
         tf.config.run_functions_eagerly(t.enable_eager_debug)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.locks.append(lock_run_directory(self.workdir))
-        save_config(self.cfg, self.workdir / "config.yaml")
+        save_config(self.cfg, RunDir(self.workdir).config)
 
     def stage_data(self) -> None:
         from myxtts.data.vocoder_segments import VocoderSegments, validation_clips
@@ -88,7 +84,7 @@ class VocoderTrainer(StagedRun):
         if self.acoustic_run is not None:
             from myxtts.vocoder.acoustic_mels import write_acoustic_mels
 
-            self.mel_dir = write_acoustic_mels(self.cfg, self.acoustic_run, self.workdir / ACOUSTIC_MELS_DIR,
+            self.mel_dir = write_acoustic_mels(self.cfg, self.acoustic_run, RunDir(self.workdir).acoustic_mels,
                                                self.progress, self.echo)
         self.segments = VocoderSegments(self.cfg, "train", mel_dir=self.mel_dir)
         self.signature = self.segments.signature()
@@ -115,7 +111,7 @@ class VocoderTrainer(StagedRun):
     def stage_checkpoint(self) -> None:
         from myxtts.vocoder.neural import restore_generator, write_vocoder_json
 
-        directory = self.workdir / "checkpoints"
+        directory = RunDir(self.workdir).checkpoints
         self.trained_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="trained_seconds")
         self.checkpoints = Checkpoints(
             directory, self.cfg.training.keep_checkpoints, step=self.step, iterator=self.iterator,
@@ -135,7 +131,7 @@ class VocoderTrainer(StagedRun):
 
     def stage_compile(self) -> None:
         t = self.cfg.training
-        self.traces = TraceAccounting(t.strict_retracing, self.workdir / "retraces.jsonl")
+        self.traces = TraceAccounting(t.strict_retracing, RunDir(self.workdir).retraces)
         signature = [self.signature]
         compiled = {name: tf.function(getattr(self.steps, name), input_signature=signature, autograph=False,
                                       reduce_retracing=False) for name in ("reconstruction_step", "adversarial_step")}

@@ -30,10 +30,11 @@ from typing import Any
 import numpy as np
 
 from myxtts.config import Config, load_config
+from myxtts.model.restore import checkpoint_decoder_type, decoder_mismatch, restore_model
+from myxtts.run_dir import RunDir, RunError, find_vocabulary, latest_checkpoint, load_run_mel_stats
 
 logger = logging.getLogger(__name__)
 
-INIT_FROM_FILE = "init_from.json"
 # model sizes that need not agree: dropout has no variable, the positions table is a constant
 _FREE_DIMS = ("vocab_size", "dropout", "max_positions")
 
@@ -54,8 +55,6 @@ class Source:
 
 def find_source(path: Path) -> Source:
     """A run directory (``config.yaml`` + ``checkpoints/``), a checkpoint folder or a checkpoint prefix."""
-    from myxtts.synthesis.loading import CONFIG_FILE, RunError, latest_checkpoint
-
     path = Path(path)
     if Path(str(path) + ".index").is_file():  # a prefix: RUN/checkpoints/ckpt-N
         checkpoint, folders = str(path), [path.parent, path.parent.parent]
@@ -64,14 +63,14 @@ def find_source(path: Path) -> Source:
             checkpoint = latest_checkpoint(path)
         except RunError as err:
             raise WarmStartError(f"training.init_from: {err}") from None
-        folders = [path, path.parent] if path.name == "checkpoints" else [path]
+        folders = [path, path.parent] if path.name == RunDir.CHECKPOINTS else [path]
     else:
         raise WarmStartError(f"training.init_from: {path} is neither a run directory nor a checkpoint prefix "
                              f"(no {path.name}.index beside it). Pass a run directory (e.g. "
                              "pretrained/base-espeak-tiny) or RUN_DIR/checkpoints/ckpt-N.")
-    config_path = next((folder / CONFIG_FILE for folder in folders if (folder / CONFIG_FILE).is_file()), None)
+    config_path = next((RunDir(folder).config for folder in folders if RunDir(folder).config.is_file()), None)
     if config_path is None:
-        raise WarmStartError(f"training.init_from: no {CONFIG_FILE} beside {checkpoint} (looked in "
+        raise WarmStartError(f"training.init_from: no {RunDir.CONFIG} beside {checkpoint} (looked in "
                              f"{', '.join(str(f) for f in folders)}): the source's config says how to build its model;"
                              " a partial run directory cannot be started from.")
     return Source(path, checkpoint, config_path, folders)
@@ -79,10 +78,8 @@ def find_source(path: Path) -> Source:
 
 def source_languages(source_cfg: Config, folders: list[Path]) -> list[str]:
     """The languages the source was trained on: its ``corpus.json`` (written by the trainer), else its config."""
-    from myxtts.data.cache import CORPUS_FILE
-
     for folder in folders:
-        path = folder / CORPUS_FILE
+        path = RunDir(folder).corpus
         if path.is_file():
             try:
                 return list(json.loads(path.read_text(encoding="utf-8"))["languages"])
@@ -94,7 +91,6 @@ def source_languages(source_cfg: Config, folders: list[Path]) -> list[str]:
 def check_compatible(cfg: Config, source_cfg: Config, checkpoint: str, where: str) -> None:
     """WarmStartError naming every model / audio key on which the two configs build different models."""
     from myxtts.model.presets import resolve_dims
-    from myxtts.synthesis.loading import checkpoint_decoder_type, decoder_mismatch
 
     problem = decoder_mismatch(where, checkpoint_decoder_type(checkpoint), cfg.model.decoder)
     if source_cfg.model.decoder != cfg.model.decoder and problem is None:
@@ -147,10 +143,7 @@ def warm_start_mel_stats(cfg: Config, workdir: Path, resume: bool) -> Any:
     """The mel statistics a warm-started run normalises with, or None for the corpus' own: the source's
     (``training.init_mel_stats: source``), and on resume the run's own copy (``workdir/mel_stats.json``), so a
     resumed run never reads the source again."""
-    from myxtts.data.mel_stats import MEL_STATS_FILE
-    from myxtts.synthesis.loading import RunError, load_run_mel_stats
-
-    record = Path(workdir) / INIT_FROM_FILE
+    record = RunDir(workdir).init_from
     if resume and record.is_file():  # a warm-started run resumed: the statistics it recorded at its start
         try:
             kept = json.loads(record.read_text(encoding="utf-8")).get("mel_stats") == "source"
@@ -161,12 +154,12 @@ def warm_start_mel_stats(cfg: Config, workdir: Path, resume: bool) -> Any:
         return None
     source = find_source(cfg.init_from)
     for folder in source.folders:  # only the source's own files: never this config's cache
-        if (folder / MEL_STATS_FILE).is_file():
+        if RunDir(folder).mel_stats.is_file():
             try:
                 return load_run_mel_stats(folder, cfg)
             except RunError as err:
                 raise WarmStartError(f"training.init_from: {err}") from None
-    raise WarmStartError(f"training.init_from: no {MEL_STATS_FILE} beside {source.checkpoint} (looked in "
+    raise WarmStartError(f"training.init_from: no {RunDir.MEL_STATS} beside {source.checkpoint} (looked in "
                          f"{', '.join(str(f) for f in source.folders)}), so the normalisation its model was trained "
                          "with is unknown. Set training.init_mel_stats: corpus to use this corpus' statistics.")
 
@@ -207,8 +200,6 @@ def warm_start(cfg: Config, model: Any, vocabulary: Any, languages: list[str], w
                echo: Any = print, record: bool = True) -> dict:
     """Load ``cfg.init_from`` into ``model``; returns what it did, written to ``workdir/init_from.json`` when
     ``record`` (every worker of a multi-worker run loads; the chief records and prints)."""
-    from myxtts.synthesis.loading import RunError, find_vocabulary, restore_model
-
     source = find_source(cfg.init_from)
     where = f"{source.checkpoint} (from {source.given})"
     try:
@@ -234,7 +225,7 @@ def warm_start(cfg: Config, model: Any, vocabulary: Any, languages: list[str], w
               "frozen": list(cfg.training.freeze), "mel_stats": cfg.training.init_mel_stats}
     if not record:
         return result
-    (Path(workdir) / INIT_FROM_FILE).write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
+    RunDir(workdir).write_json(RunDir(workdir).init_from, result)
     echo(f"warm start: {copied} variables from {source.checkpoint}" + (f" (step {step})" if step is not None else "")
          + (f"; fresh embedding rows for {len(new_symbols)} new symbol(s): {' '.join(new_symbols)}"
             if new_symbols else ""))

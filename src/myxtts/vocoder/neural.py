@@ -18,10 +18,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from myxtts.run_dir import RunDir
 from myxtts.vocoder.base import Vocoder
 
-VOCODER_FILE = "vocoder.json"
-CHECKPOINT_DIR = "checkpoints"
 GRIFFIN_LIM = "griffin-lim"
 # the front-end settings a mel depends on: a vocoder and an acoustic model must agree on every one
 AUDIO_KEYS = ("sample_rate", "n_fft", "win_length", "hop_length", "n_mels", "fmin", "fmax", "mel_power",
@@ -48,9 +47,8 @@ def write_vocoder_json(directory: Path, cfg: Any, generator: Any, trained_on: st
     record = {"family": generator.family, **generator_sizes(cfg.vocoder), "audio": audio_settings(cfg.audio),
               "parameters": int(generator.count_params()), "trained_on": trained_on,
               **{key: value for key, value in origin.items() if value is not None}}
-    path = Path(directory) / VOCODER_FILE
-    path.write_text(json.dumps(record, indent=1), encoding="utf-8")
-    return path
+    run = RunDir(directory)
+    return run.write_json(run.vocoder_record, record)
 
 
 def save_vocoder(directory: str | Path, cfg: Any, generator: Any, trained_on: str = "", step: int = 0,
@@ -61,10 +59,10 @@ def save_vocoder(directory: str | Path, cfg: Any, generator: Any, trained_on: st
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, directory / "config.yaml")
+    save_config(cfg, RunDir(directory).config)
     write_vocoder_json(directory, cfg, generator, trained_on)
     objects = {"generator": generator, **({"discriminators": discriminators} if discriminators is not None else {})}
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(**objects), str(directory / CHECKPOINT_DIR),
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(**objects), str(RunDir(directory).checkpoints),
                                          max_to_keep=1)
     manager.save(checkpoint_number=step)
     return directory
@@ -76,7 +74,7 @@ def pack_vocoder(run_dir: str | Path, out_dir: str | Path, force: bool = False,
     ``with_discriminators``: what ``train-vocoder --init-from`` fine-tunes from), as a folder to ship. ``out_dir``
     follows ``pack_run``'s rule: new, empty or (``force``) an earlier pack, replaced only once the new one is
     complete; never the run, a cache, nor a folder that holds or lies inside one."""
-    from myxtts.synthesis.loading import _relative_paths
+    from myxtts.synthesis.loading import relative_config_paths
     from myxtts.synthesis.output_folder import PACKED, check_output_folder, write_staged
     from myxtts.vocoder.discriminators import build_discriminators
     from myxtts.vocoder.generators import build_generator
@@ -93,12 +91,12 @@ def pack_vocoder(run_dir: str | Path, out_dir: str | Path, force: bool = False,
 
     def write(staging: Path) -> dict[str, Any]:
         save_vocoder(staging, cfg, generator, record.get("trained_on", ""), step, discriminators)
-        _relative_paths(staging / "config.yaml")  # a sibling of out_dir: the same relative paths
-        packed = {**json.loads((staging / VOCODER_FILE).read_text(encoding="utf-8")), "step": step,
+        run = RunDir(staging)
+        relative_config_paths(run.config)  # a sibling of out_dir: the same relative paths
+        packed = {**json.loads(run.vocoder_record.read_text(encoding="utf-8")), "step": step,
                   "training_minutes": round(minutes, 1), "source_checkpoint": Path(checkpoint).name,
-                  "discriminators": with_discriminators,
-                  "bytes": sum(path.stat().st_size for path in (staging / CHECKPOINT_DIR).iterdir())}
-        (staging / VOCODER_FILE).write_text(json.dumps(packed, indent=1), encoding="utf-8")
+                  "discriminators": with_discriminators, "bytes": run.checkpoint_bytes()}
+        run.write_json(run.vocoder_record, packed)
         return packed
 
     return write_staged(out_dir, write)
@@ -112,7 +110,7 @@ def read_vocoder_dir(path: str | Path) -> tuple[Any, dict[str, Any]]:
     if not directory.is_dir():
         raise VocoderError(f"Vocoder {directory} not found: pass a vocoder directory (a `myxtts train-vocoder` run or "
                            f"a packed vocoder such as pretrained/vocoder-vocos-ljspeech) or '{GRIFFIN_LIM}'.")
-    record_path, config_path = directory / VOCODER_FILE, directory / "config.yaml"
+    record_path, config_path = RunDir(directory).vocoder_record, RunDir(directory).config
     for required in (record_path, config_path):
         if not required.is_file():
             raise VocoderError(f"{directory} is not a vocoder: {required.name} is missing (an acoustic run? pass it "
@@ -142,9 +140,10 @@ def check_audio_match(vocoder_path: Any, vocoder_audio: dict[str, Any], acoustic
 
 
 def newest_checkpoint(directory: Path) -> str:
-    checkpoint = tf.train.latest_checkpoint(str(Path(directory) / CHECKPOINT_DIR))
+    folder = RunDir(directory).checkpoints
+    checkpoint = tf.train.latest_checkpoint(str(folder))
     if checkpoint is None:
-        raise VocoderError(f"Vocoder {directory} has no checkpoint in {Path(directory) / CHECKPOINT_DIR}.")
+        raise VocoderError(f"Vocoder {directory} has no checkpoint in {folder}.")
     return checkpoint
 
 
