@@ -121,6 +121,7 @@ class TrainingConfig:
     gradient_accumulation_steps: int = 1
     # optimizer steps per compiled call: K batches of one bucket run in one tf.function (a graph loop)
     steps_per_execution: int = 1
+    # compute dtype (variables stay float32); train-vocoder: bfloat16 discriminators, float16 refused
     mixed_precision: Literal["float32", "bfloat16", "float16"] = "float32"
     enable_graph_mode: bool = True  # compiled tf.function steps (False: eager, for debugging only)
     enable_xla_compilation: bool = False

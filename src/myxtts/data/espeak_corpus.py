@@ -13,7 +13,7 @@ Each sentence is spoken by one voice; the assignment is a seeded shuffle dealt r
 voice gets the same number of sentences (+-1) and the same seed gives the same corpus. Files already
 on disk are reused, so a rerun (or a larger ``--sentences``) only renders what is missing.
 Voices differ in espeak variant (formants, breathiness), accent, pitch and speed: a speaker-similarity
-measure must be able to tell them apart (``tests/test_listening.py`` checks it does).
+measure must be able to tell them apart (``tests/evaluation/test_listening.py`` checks it does).
 """
 
 from __future__ import annotations

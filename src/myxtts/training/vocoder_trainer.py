@@ -36,9 +36,8 @@ from myxtts.training.stages import StagedRun, StopReason, TrainingClock, progres
 logger = logging.getLogger(__name__)
 
 # training keys only the acoustic trainer reads: set in a vocoder config, they would do nothing
-ACOUSTIC_ONLY_TRAINING_KEYS = ("gradient_accumulation_steps", "steps_per_execution", "mixed_precision",
-                               "enable_xla_compilation", "listen_sentences", "distribution", "init_mel_stats",
-                               "freeze")
+ACOUSTIC_ONLY_TRAINING_KEYS = ("gradient_accumulation_steps", "steps_per_execution", "enable_xla_compilation",
+                               "listen_sentences", "distribution", "init_mel_stats", "freeze")
 
 
 class VocoderTrainingError(ValueError):
@@ -51,6 +50,10 @@ def check_vocoder_keys(cfg: Config) -> None:
         if getattr(cfg.training, key) != getattr(defaults, key):
             raise VocoderTrainingError(f"Config key 'training.{key}' ({getattr(cfg.training, key)!r}) does nothing in "
                                        "train-vocoder (it configures the acoustic trainer); remove it.")
+    if cfg.training.mixed_precision == "float16":  # bfloat16 needs no loss scaling; float16 would
+        raise VocoderTrainingError("Config key 'training.mixed_precision' is 'float16', which train-vocoder does not "
+                                   "support (it would need loss scaling in both GAN updates); use 'bfloat16' (the "
+                                   "discriminators compute in bfloat16) or 'float32'.")
 
 
 class VocoderTrainer(StagedRun):

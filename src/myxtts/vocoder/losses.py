@@ -4,7 +4,7 @@ Reconstruction: L1 between the log mels of generated and real audio (the project
 measures what the acoustic model produces) and a multi-resolution STFT loss (spectral convergence + L1 of log
 magnitudes at several FFT sizes; Yamamoto 2020), which also constrains the phase that a single mel cannot.
 Adversarial: hinge losses (Vocos) and feature matching (L1 between the discriminators' feature maps of real and
-generated audio, each map's mean; HiFi-GAN).
+generated audio, each map's mean; HiFi-GAN), computed in float32 whatever dtype the discriminators compute in.
 """
 
 from __future__ import annotations
@@ -13,6 +13,10 @@ import tensorflow as tf
 
 # (n_fft, hop) of the multi-resolution STFT loss
 STFT_RESOLUTIONS = ((512, 128), (1024, 256), (2048, 512))
+
+
+def _float32(tensor: tf.Tensor) -> tf.Tensor:
+    return tf.cast(tensor, tf.float32)
 
 
 def mel_l1(frontend, generated: tf.Tensor, real: tf.Tensor) -> tf.Tensor:
@@ -40,20 +44,21 @@ def discriminator_hinge(real_outputs: list, fake_outputs: list) -> tf.Tensor:
     """Sum over discriminators of mean(relu(1 - D(real))) + mean(relu(1 + D(fake)))."""
     total = 0.0
     for (real_score, _), (fake_score, _) in zip(real_outputs, fake_outputs):
-        total += tf.reduce_mean(tf.nn.relu(1.0 - real_score)) + tf.reduce_mean(tf.nn.relu(1.0 + fake_score))
+        total += tf.reduce_mean(tf.nn.relu(1.0 - _float32(real_score))) + \
+            tf.reduce_mean(tf.nn.relu(1.0 + _float32(fake_score)))
     return total
 
 
 def generator_hinge(fake_outputs: list) -> tf.Tensor:
     """Sum over discriminators of mean(relu(1 - D(generated)))."""
-    return tf.add_n([tf.reduce_mean(tf.nn.relu(1.0 - score)) for score, _ in fake_outputs])
+    return tf.add_n([tf.reduce_mean(tf.nn.relu(1.0 - _float32(score))) for score, _ in fake_outputs])
 
 
 def feature_matching(real_outputs: list, fake_outputs: list) -> tf.Tensor:
     """Sum over discriminators of the mean over their layers of mean |features(real) - features(generated)|."""
     total = 0.0
     for (_, real_features), (_, fake_features) in zip(real_outputs, fake_outputs):
-        layers = [tf.reduce_mean(tf.abs(tf.stop_gradient(real) - fake)) for real, fake in zip(real_features,
-                                                                                             fake_features)]
+        layers = [tf.reduce_mean(tf.abs(tf.stop_gradient(_float32(real)) - _float32(fake)))
+                  for real, fake in zip(real_features, fake_features)]
         total += tf.add_n(layers) / len(layers)
     return total

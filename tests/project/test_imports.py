@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-SOURCE = Path(__file__).resolve().parents[1] / "src"
+SOURCE = Path(__file__).resolve().parents[2] / "src"
 
 
 def _import_graph() -> dict[str, set[str]]:

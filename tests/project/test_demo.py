@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from myxtts.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow

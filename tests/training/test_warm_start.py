@@ -273,7 +273,7 @@ def test_the_fine_tuning_recipe_builds_the_base_recipes_model():
     from myxtts.config import load_config
     from myxtts.training.warm_start import check_compatible
 
-    configs = Path(__file__).resolve().parents[1] / "configs"
+    configs = Path(__file__).resolve().parents[2] / "configs"
     base, finetune = load_config(configs / "base-espeak.yaml"), load_config(configs / "finetune.yaml")
     check_compatible(finetune, base, "ckpt", "the base recipe")  # raises naming any key that differs
     assert finetune.init_from == (configs.parent / "pretrained" / "base-espeak-tiny").resolve()

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from myxtts.cli import main
 from myxtts.diagnostics.lint import RULES, lint_paths, lint_source
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "myxtts"
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "myxtts"
 
 
 def _rules(source: str) -> list[tuple[str, int]]:

@@ -17,7 +17,7 @@ import pytest
 from myxtts import config as config_module
 
 SRC = Path(config_module.__file__).resolve().parents[1]  # src/myxtts (config_module: myxtts/config/__init__.py)
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def all_keys() -> list[tuple[str, str]]:
@@ -31,7 +31,7 @@ def all_keys() -> list[tuple[str, str]]:
     return keys
 
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/, its files grouped in folders by area
 # key -> (test file, test function) asserting the key's effect on real inputs
 BEHAVIOUR_TESTS = {
     "data.language": ("test_language.py", "test_language_picks_the_cleaner_and_gets_an_id"),
@@ -66,7 +66,8 @@ def test_behaviour_tests_exist(key: str) -> None:
     file, function = BEHAVIOUR_TESTS[key]
     section, name = key.split(".")
     assert (section, name) in all_keys()
-    tree = ast.parse((TESTS / file).read_text(encoding="utf-8"))
+    (path,) = TESTS.rglob(file)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     assert function in {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
 
 

@@ -19,7 +19,7 @@ from myxtts.locks import (CACHE_READ_LOCK, DirectoryBusyError, DirectoryLock, Ho
                           lock_run_directory)
 from myxtts.runtime import is_startup_chatter
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "myxtts"]
 CHATTER_MARKERS = ("absl::InitializeLog", "oneDNN custom operations", "cpu_feature_guard")
 

@@ -13,7 +13,7 @@ import pytest
 import soundfile as sf
 from click.testing import CliRunner
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PRETRAINED = REPO / "pretrained" / "base-espeak-tiny"
 BUNDLED = REPO / "data" / "ljspeech-bundled"
 MAX_BYTES = 20 * 1024 * 1024  # small enough to keep in the repository

@@ -9,7 +9,7 @@ import yaml
 
 from myxtts.config import Config, config_from_dict, load_config, save_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def write(tmp_path: Path, data: dict | str) -> Path:

@@ -1,4 +1,4 @@
-"""`myxtts explain-retracing -- python script.py`: the classic scripts in tests/examples, run unmodified.
+"""`myxtts explain-retracing -- python script.py`: the classic scripts in tests/diagnostics/examples, run unmodified.
 
 The explainer names the cause at the FIRST retrace (trace 2); TF's own warning needs five tracing calls.
 """
