@@ -71,3 +71,19 @@ def test_no_import_cycles():
     graph = _import_graph()
     assert len(graph) > 50 and graph["myxtts.model.build"] >= {"myxtts.model.parallel_decoder", "myxtts.config"}
     assert _cycles(graph) == []
+
+
+def _crossing(graph: dict[str, set[str]], source: str, target: str) -> set[tuple[str, str]]:
+    return {(module, imported) for module, imports in graph.items() if module.startswith(source)
+            for imported in imports if imported.startswith(target)}
+
+
+def test_training_and_synthesis_meet_only_where_training_listens():
+    """Both read runs through myxtts.run_dir and build models through myxtts.model: synthesis never imports training,
+    and training imports synthesis in one place only, the listener that synthesises validation sentences while it
+    trains."""
+    graph = _import_graph()
+    assert _crossing(graph, "myxtts.synthesis", "myxtts.training") == set()
+    assert {module for module, _ in _crossing(graph, "myxtts.training", "myxtts.synthesis")} == \
+        {"myxtts.training.listener"}
+    assert graph["myxtts.training.warm_start"] >= {"myxtts.run_dir", "myxtts.model.restore"}

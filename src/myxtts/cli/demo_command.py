@@ -50,7 +50,10 @@ def _batching_report(cfg) -> dict:
 @clean_errors(ValueError, OSError)
 def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, steps: int | None, text: str,
                  fresh: bool, listen_sentences: int, vocoder_path: str) -> None:
-    """Prepare the corpus, train briefly, synthesize a wav and print the diagnostics summary."""
+    """Prepare the corpus, train briefly, synthesize a wav and print the diagnostics summary.
+
+    One function on purpose: the five stages read top to bottom in the order the README describes them, each a few
+    calls; the work is in the helpers below."""
     from myxtts.data.prepare import prepare
     from myxtts.vocoder.neural import load_vocoder
 

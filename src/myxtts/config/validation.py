@@ -19,29 +19,36 @@ def _positive(cfg: Config, *paths: str) -> None:
 DEFAULT_REDUCTION_FACTOR = {"parallel": 1, "autoregressive": 2}
 
 
+POSITIVE_KEYS = ("data.max_text_length", "data.max_mel_frames", "data.batch_size", "data.batch_frames",
+                 "data.num_buckets", "data.bucket_multiple", "data.min_batch_size", "data.reference_frames",
+                 "data.shuffle_buffer_size", "data.min_duration", "data.max_duration", "audio.sample_rate",
+                 "audio.n_fft", "audio.win_length", "audio.hop_length", "audio.n_mels", "audio.log_floor",
+                 "audio.griffin_lim_iters", "audio.mel_power", "model.d_model", "model.num_heads", "model.ff_dim",
+                 "model.text_layers", "model.decoder_layers", "model.conditioning_layers",
+                 "model.num_speaker_latents", "model.prenet_dim", "model.postnet_channels",
+                 "model.decoder_conv_blocks", "model.text_ff_kernel", "model.reduction_factor",
+                 "model.max_attention_sequence_length", "training.max_steps", "training.learning_rate",
+                 "training.gradient_accumulation_steps", "training.steps_per_execution",
+                 "training.max_nonfinite_steps", "training.log_every", "training.validate_every",
+                 "training.checkpoint_every", "training.keep_checkpoints")
+
+
 def validate(cfg: Config) -> Config:
     """Cross-field and range checks; raises ValueError naming the key. Returns the config with the defaults that
     depend on other keys resolved (``model.reduction_factor`` by ``model.decoder``)."""
     if cfg.model.reduction_factor is None:
         cfg = cfg.replace(model=dataclasses.replace(cfg.model,
                                                     reduction_factor=DEFAULT_REDUCTION_FACTOR[cfg.model.decoder]))
-    _positive(cfg, "data.max_text_length", "data.max_mel_frames", "data.batch_size", "data.batch_frames",
-              "data.num_buckets", "data.bucket_multiple", "data.min_batch_size", "data.reference_frames",
-              "data.shuffle_buffer_size", "data.min_duration",
-              "data.max_duration", "audio.sample_rate", "audio.n_fft", "audio.win_length",
-              "audio.hop_length", "audio.n_mels", "audio.log_floor", "audio.griffin_lim_iters",
-              "audio.mel_power", "model.d_model", "model.num_heads", "model.ff_dim",
-              "model.text_layers", "model.decoder_layers", "model.conditioning_layers",
-              "model.num_speaker_latents", "model.prenet_dim", "model.postnet_channels", "model.decoder_conv_blocks",
-              "model.text_ff_kernel", "model.reduction_factor", "model.max_attention_sequence_length",
-              "training.max_steps", "training.learning_rate", "training.gradient_accumulation_steps",
-              "training.steps_per_execution",
-              "training.max_nonfinite_steps", "training.log_every", "training.validate_every",
-              "training.checkpoint_every", "training.keep_checkpoints")
-    d, a, m, t = cfg.data, cfg.audio, cfg.model, cfg.training
-    if m.text_ff_kernel is not None and m.text_ff_kernel % 2 == 0:
-        raise ValueError(f"Config key 'model.text_ff_kernel' must be odd (a token reads as many neighbours on each "
-                         f"side), got {m.text_ff_kernel}.")
+    _positive(cfg, *POSITIVE_KEYS)
+    _check_data_keys(cfg)
+    _check_audio_keys(cfg)
+    _check_model_keys(cfg)
+    _check_training_keys(cfg)
+    return _check_vocoder_keys(cfg)
+
+
+def _check_data_keys(cfg: Config) -> None:
+    d, m = cfg.data, cfg.model
     for path, value in (("data.num_workers", d.num_workers), ("data.prefetch_buffer_size", d.prefetch_buffer_size)):
         if value != AUTOTUNE and value < 1:
             raise ValueError(f"Config key '{path}' must be >= 1 or -1 (AUTOTUNE), got {value}.")
@@ -51,22 +58,8 @@ def validate(cfg: Config) -> Config:
     if d.min_duration >= d.max_duration:
         raise ValueError(f"Config key 'data.min_duration' ({d.min_duration}) must be below "
                          f"'data.max_duration' ({d.max_duration}).")
-    if t.steps_per_execution > 1:
-        if t.gradient_accumulation_steps > 1:
-            raise ValueError("Config keys 'training.steps_per_execution' and 'training.gradient_accumulation_steps' "
-                             "cannot both be > 1: a compiled call runs either K whole updates of one bucket or one "
-                             "micro-batch of an accumulation cycle. Set one of them to 1.")
-        if t.max_steps % t.steps_per_execution:
-            raise ValueError(f"Config key 'training.max_steps' ({t.max_steps}) must be a multiple of "
-                             f"'training.steps_per_execution' ({t.steps_per_execution}): every compiled call runs "
-                             "that many steps.")
     if d.validation_size < 0:
         raise ValueError("Config key 'data.validation_size' must be >= 0.")
-    if a.win_length > a.n_fft:
-        raise ValueError(f"Config key 'audio.win_length' ({a.win_length}) must be <= 'audio.n_fft' ({a.n_fft}).")
-    if not 0 <= a.fmin < a.fmax <= a.sample_rate / 2:
-        raise ValueError(f"Config keys 'audio.fmin'/'audio.fmax' must satisfy 0 <= fmin < fmax <= "
-                         f"sample_rate/2 = {a.sample_rate / 2}, got {a.fmin}/{a.fmax}.")
     if d.bucket_multiple % m.reduction_factor:
         raise ValueError(f"Config key 'data.bucket_multiple' ({d.bucket_multiple}) must be a multiple of "
                          f"'model.reduction_factor' ({m.reduction_factor}) so every bucket holds whole "
@@ -76,6 +69,22 @@ def validate(cfg: Config) -> Config:
                          f"'model.reduction_factor' ({m.reduction_factor}).")
     if d.pad_to_fixed_length and d.batch_size * d.max_mel_frames <= 0:
         raise ValueError("Config key 'data.batch_size' must be > 0 with data.pad_to_fixed_length.")
+
+
+def _check_audio_keys(cfg: Config) -> None:
+    a = cfg.audio
+    if a.win_length > a.n_fft:
+        raise ValueError(f"Config key 'audio.win_length' ({a.win_length}) must be <= 'audio.n_fft' ({a.n_fft}).")
+    if not 0 <= a.fmin < a.fmax <= a.sample_rate / 2:
+        raise ValueError(f"Config keys 'audio.fmin'/'audio.fmax' must satisfy 0 <= fmin < fmax <= "
+                         f"sample_rate/2 = {a.sample_rate / 2}, got {a.fmin}/{a.fmax}.")
+
+
+def _check_model_keys(cfg: Config) -> None:
+    d, m = cfg.data, cfg.model
+    if m.text_ff_kernel is not None and m.text_ff_kernel % 2 == 0:
+        raise ValueError(f"Config key 'model.text_ff_kernel' must be odd (a token reads as many neighbours on each "
+                         f"side), got {m.text_ff_kernel}.")
     if not 0.0 <= m.dropout < 1.0:
         raise ValueError(f"Config key 'model.dropout' must be in [0, 1), got {m.dropout}.")
     _check_decoder_keys(m)
@@ -88,6 +97,18 @@ def validate(cfg: Config) -> Config:
         raise ValueError(f"Config key 'model.max_attention_sequence_length' ({m.max_attention_sequence_length}) "
                          f"is below the longest sequence the model sees ({longest}: max_text_length"
                          f"{'' if m.decoder == 'parallel' else ' or max_mel_frames / reduction_factor + 1'}).")
+
+
+def _check_training_keys(cfg: Config) -> None:
+    t = cfg.training
+    if t.steps_per_execution > 1 and t.gradient_accumulation_steps > 1:
+        raise ValueError("Config keys 'training.steps_per_execution' and 'training.gradient_accumulation_steps' "
+                         "cannot both be > 1: a compiled call runs either K whole updates of one bucket or one "
+                         "micro-batch of an accumulation cycle. Set one of them to 1.")
+    if t.steps_per_execution > 1 and t.max_steps % t.steps_per_execution:
+        raise ValueError(f"Config key 'training.max_steps' ({t.max_steps}) must be a multiple of "
+                         f"'training.steps_per_execution' ({t.steps_per_execution}): every compiled call runs "
+                         "that many steps.")
     if t.min_learning_rate < 0 or t.min_learning_rate > t.learning_rate:
         raise ValueError("Config key 'training.min_learning_rate' must be in [0, training.learning_rate].")
     if t.max_minutes < 0:
@@ -111,7 +132,6 @@ def validate(cfg: Config) -> Config:
                          "cannot both be true: eager functions are not compiled.")
     if not t.enable_graph_mode and t.enable_xla_compilation:
         raise ValueError("Config key 'training.enable_xla_compilation' needs 'training.enable_graph_mode: true'.")
-    return _check_vocoder_keys(cfg)
 
 
 DEFAULT_SEGMENT_HOPS = 32  # vocoder.segment_samples when unset: 32 hops (8192 samples at hop 256)

@@ -196,7 +196,10 @@ def quantile_boundaries(mel_lengths: np.ndarray, num_buckets: int, multiple: int
 
 
 def plan_buckets(text_lengths: Sequence[int], mel_lengths: Sequence[int], params: BucketParams) -> BucketPlan:
-    """The plan for these lengths (entries above max_* are left out of the statistics)."""
+    """The plan for these lengths (entries above max_* are left out of the statistics).
+
+    One function: the steps (candidate bounds, the greedy merge to ``num_buckets``, batch sizes from the frame
+    budget) share the filtered length arrays and read in order; each is commented where it starts."""
     if params.fixed:
         return BucketPlan((Bucket(params.max_text_length, params.max_mel_frames, params.batch_size),), params)
     text = np.asarray(text_lengths, dtype=np.int64)

@@ -162,6 +162,8 @@ def diagnose_dataset(dataset: tf.data.Dataset, consumer: Callable[[Any], Any] | 
     """Measure `dataset` against `consumer` (a train step taking one batch) or a target rate.
 
     `stage_elements` is accepted for compatibility and not used: stage passes grow until they last long enough.
+    One function: the measurements (waits with the consumer, each stage's rate, the fixes tried) feed one report
+    and run in this order on the same dataset; each measurement is a helper.
     """
     if steps < 8:
         raise ValueError(f"diagnose_dataset: steps must be >= 8 to measure waits, got {steps}.")

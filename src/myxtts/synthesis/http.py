@@ -130,6 +130,10 @@ def _response_class():
 
 
 def create_app(engine: SpeechEngine) -> Any:
+    """The FastAPI application: ``POST /v1/audio/speech`` and ``GET /health`` over ``engine``.
+
+    The routes, the request body model and the error handlers are closures over the engine and its limits, as
+    FastAPI applications are written, so they live in this one function; the streaming is ``speech_stream``'s."""
     from fastapi import FastAPI, Request
     from pydantic import BaseModel, ConfigDict, ValidationError
     from starlette.concurrency import run_in_threadpool
