@@ -30,9 +30,7 @@ MODES = ("float32", "bfloat16")
 
 
 def build_steps(cfg, precision: str, weights: dict | None):
-    """(compiled adversarial step, generator, discriminators) for one precision; ``weights`` copied in if given."""
-    import tensorflow as tf
-
+    """(the GAN steps, generator, discriminators) for one precision; ``weights`` copied in if given."""
     from myxtts.training.vocoder_steps import GanSteps
     from myxtts.vocoder.discriminators import build_discriminators
     from myxtts.vocoder.generators import build_generator
