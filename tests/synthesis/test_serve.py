@@ -293,6 +293,36 @@ def test_a_failure_after_the_headers_cuts_the_transfer_and_logs_the_request_id(s
     assert status == 200 and len(wav) > 44
 
 
+def test_a_piece_cut_at_the_largest_bucket_is_counted_and_logged_with_the_request_id(server, caplog):
+    """A piece whose predicted length passes data.max_mel_frames is decoded in the largest bucket and cut there (so
+    the other pieces of its batch are served): /health counts it and a warning names the request and the piece."""
+    url, engine, _ = server
+    projection = engine.synthesizer.model.duration_predictor.output_proj
+    kept = [np.array(projection.kernel.numpy()), np.array(projection.bias.numpy())]
+    # 30 frames per token: the short first piece fits the largest bucket, the long second one does not
+    short, long = "Hi there.", TRANSCRIPTS[3]
+    limit = engine.synthesizer.cfg.data.max_mel_frames
+    tokens = [len(engine.synthesizer.encode([text])[0]) for text in (short, long)]
+    assert 30 * tokens[0] < limit < 30 * tokens[1]
+    projection.kernel.assign(np.zeros_like(kept[0]))
+    projection.bias.assign(np.full_like(kept[1], np.log(1.0 + 30.0)))  # compiled functions read the variables
+    cut_before = _health(url)["pieces_cut"]
+    try:
+        with caplog.at_level(logging.WARNING, logger="myxtts.serve"):
+            status, raw_headers, wav = _post(url, {"input": f"{short} {long}", "voice": "linda"})
+            _wait_until(lambda: any("cut there" in record.getMessage() for record in caplog.records))
+    finally:
+        projection.kernel.assign(kept[0])
+        projection.bias.assign(kept[1])
+    headers = {key.lower(): value for key, value in raw_headers.items()}
+    assert status == 200 and headers["x-pieces"] == "2"
+    assert _health(url)["pieces_cut"] == cut_before + 1
+    (message,) = [record.getMessage() for record in caplog.records if "cut there" in record.getMessage()]
+    assert headers["x-request-id"] in message and "piece 1" in message and long[:20] in message
+    hop = engine.synthesizer.cfg.audio.hop_length
+    assert (len(wav) - 44) // 2 >= limit * hop  # the cut piece is served to the bucket's end, not dropped
+
+
 def test_a_voice_named_twice_takes_both_clips(tmp_path):
     from myxtts.cli.synth_commands import _voices
 

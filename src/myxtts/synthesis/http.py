@@ -120,6 +120,9 @@ def _response_class():
                 pump.cancel()
                 self.stream.cancel()
             done = f"after {self.stream.taken()} of {len(self.stream.pieces)} pieces"
+            for index in self.stream.cut:  # served, but not all of it: say which text was cut
+                LOG.warning("request %s: piece %d (%r) was predicted longer than data.max_mel_frames and is cut "
+                            "there", self.request_id, index, self.stream.pieces[index].text[:60])
             if not pump.cancelled() and pump.exception() is not None:  # a slow client, a stuck or failed engine
                 LOG.warning("request %s: stream cut %s: %s", self.request_id, done, pump.exception())
             elif pump.cancelled() or self.stream.taken() < len(self.stream.pieces):
@@ -156,7 +159,7 @@ def create_app(engine: SpeechEngine) -> Any:
         return {"status": "ok", "voices": sorted(engine.voices), "sample_rate": engine.synthesizer.sample_rate,
                 "batch_size": engine.batch_size, "compiles_after_warmup": engine.compiles_after_warmup(),
                 "queued_pieces": engine.queued(), "backlog": engine.backlog(), "pieces_served": engine.served,
-                "pieces_dropped": engine.dropped,
+                "pieces_dropped": engine.dropped, "pieces_cut": engine.cut,
                 "max_characters": limits.max_characters, "limits": limits.as_dict()}
 
     def too_large(size: str) -> Any:

@@ -140,6 +140,7 @@ class SpeechEngine:
         self.compiles_at_warmup = self.compiles()
         self.served = 0  # pieces decoded
         self.dropped = 0  # pieces of cancelled requests dropped before being vocoded (at any stage)
+        self.cut = 0  # pieces predicted longer than data.max_mel_frames, served cut at it
         self.vocoder_threads = vocoder_threads
         self._threads = [threading.Thread(target=self._run, name="myxtts-speech-engine", daemon=True)]
         self._threads += [threading.Thread(target=self._vocoder_loop, name=f"myxtts-vocoder-{i}", daemon=True)
@@ -288,6 +289,9 @@ class SpeechEngine:
                         self.dropped += 1
                     else:
                         piece.mel = result.mel
+                        if result.ended_by == "maximum length":
+                            piece.stream.cut.append(piece.index)
+                            self.cut += 1
                         heapq.heappush(self._to_vocode, piece)
                 self._wake.notify_all()
 

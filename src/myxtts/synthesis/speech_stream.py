@@ -41,6 +41,9 @@ class SpeechStream:
         # pieces the engine decoded and vocoded for this request (its threads count them under the engine's lock):
         # once cancelled, a request stops gaining either
         self.decoded = self.vocoded = 0
+        # pieces whose predicted length passed data.max_mel_frames: decoded in the largest bucket and cut at its end
+        # (the engine records them; the HTTP layer logs them with the request's id)
+        self.cut: list[int] = []
         self._delivered: dict[int, "np.ndarray | BaseException"] = {}
         self._next = 0  # the index of the next piece to hand out
         self._changed = threading.Condition()
