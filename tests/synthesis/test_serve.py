@@ -214,7 +214,10 @@ def test_a_client_that_leaves_after_its_first_chunk_has_at_most_a_few_of_its_40_
         while not answer.partition(b"\r\n\r\n")[2]:  # the headers, then the first piece's audio begins
             answer += connection.recv(65536)
         assert answer.startswith(b"HTTP/1.1 200") and b"x-pieces: 40" in answer.lower()
-        time.sleep(1.0)  # ample for the engine to decode all 40 pieces, were its vocoder queue not bounded
+        # the engine stops taking batches once batch_size decoded pieces wait for the (stalled) vocoder threads:
+        # wait for that steady state (no batch decoding, the queue full) rather than for a time
+        _wait_until(lambda: engine.backlog()["decoding"] == 0
+                    and engine.backlog()["vocoding"] >= engine.batch_size + engine.vocoder_threads)
         stream = streams[0]
         decoded_before_leaving = stream.decoded
     _wait_until(lambda: stream.cancelled and engine.queued() == 0)
