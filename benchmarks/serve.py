@@ -90,6 +90,14 @@ def level_round(url: str, voice: str, clients: int, seconds: float, texts: list[
             "errors": sorted({r["error"] for r in results if not r["ok"]})[:5]}
 
 
+def free_port() -> tuple[int, str]:
+    """A free port on 127.0.0.1 and the server's URL there."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return port, f"http://127.0.0.1:{port}"
+
+
 def wait_for(url: str, process: subprocess.Popen, seconds: float = 600) -> dict:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -127,10 +135,7 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     parser.add_argument("--plot", default=None)
     args = parser.parse_args()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
+    port, url = free_port()
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"myxtts-serve-{port}.log", "w")
     started = time.perf_counter()
     server = subprocess.Popen([sys.executable, "-m", "myxtts", "serve", "--run", args.run, "--voice",

@@ -5,10 +5,10 @@ Same texts, same reference clip, for each decoder (``--decoders``, default both)
 (dropout 0; its duration predictor's bias set to the bundled clips' median frames per token, so every text gets a
 speech-like length and both decoders make the same number of frames):
 
-- compiled: ``Synthesizer.decode_tokens`` (a duration function per text bucket, a decode function per mel bucket:
-  the parallel decoder's one pass over the expanded text, the autoregressive decoder's step loop inside; all warmed
-  up before timing). ``--rounds`` rounds, each decoding every text with every decoder in turn (the decoders see about
-  the same load); per decoder the median and min-max over rounds, and the decoders' ratio paired by round;
+- compiled: ``Synthesizer.synthesize(..., vocode=False)`` (a duration function per text bucket, a decode function
+  per mel bucket: the parallel decoder's one pass over the expanded text, the autoregressive decoder's step loop
+  inside; all warmed up before timing). ``--rounds`` rounds, each decoding every text with every decoder in turn
+  (the decoders see about the same load); per decoder the median and min-max over rounds, and the decoders' ratio paired by round;
 - baseline (autoregressive): a Python loop calling the teacher-forced decoder once per step on the whole prefix,
   eager, no cache: step s re-runs all s previous positions. Once, after the rounds.
 
@@ -80,12 +80,12 @@ def build_synthesizer(decoder: str, corpus: Path, root: Path):
     return cfg, Synthesizer.from_run(root / decoder)
 
 
-def timed_round(synthesizer, token_lists, voice) -> tuple[float, float, list]:
+def timed_round(synthesizer, texts, voice) -> tuple[float, float, list]:
     """Decode every text (batch 1) and vocode it: (decode seconds, Griffin-Lim seconds, results)."""
     decode_seconds, vocoder_seconds, results = 0.0, 0.0, []
-    for tokens in token_lists:
+    for text in texts:
         started = time.perf_counter()
-        result = synthesizer.decode_tokens([tokens], [voice], batch_size=1)[0]
+        result = synthesizer.synthesize(text, voices=[voice], batch_size=1, vocode=False)[0]
         decode_seconds += time.perf_counter() - started
         started = time.perf_counter()
         np.asarray(synthesizer.vocoder(result.mel))
@@ -118,11 +118,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         for decoder in args.decoders:
             cfg, synthesizer = build_synthesizer(decoder, corpus, Path(root))
-            reference_mel, reference_length = synthesizer.reference_mel(reference)
-            voices[decoder] = synthesizer.latents_of([reference_mel], [reference_length])[0]
-            tokens[decoder] = synthesizer.encode(texts)
+            voices[decoder] = synthesizer.voice(reference)
+            tokens[decoder] = [len(ids) for ids in synthesizer._encode(texts)]  # the token counts, for the report
             started = time.perf_counter()  # every duration and decode function, outside the timing
-            synthesizer.warm_up_all(batch_size=1)
+            synthesizer.warm_up(batch_size=1)
             warmup[decoder] = (time.perf_counter() - started, synthesizer.tracing_count())
             synthesizers[decoder] = synthesizer
     hop, rate = cfg.audio.hop_length, cfg.audio.sample_rate
@@ -131,7 +130,7 @@ def main() -> None:
     results = {}
     for _ in range(args.rounds):
         for decoder in args.decoders:
-            decode, vocode, results[decoder] = timed_round(synthesizers[decoder], tokens[decoder], voices[decoder])
+            decode, vocode, results[decoder] = timed_round(synthesizers[decoder], texts, voices[decoder])
             per_round[decoder].append((decode, vocode, sum(r.frames for r in results[decoder]) * hop / rate))
 
     report = {"benchmark": "synthesis decoding: both decoders compiled, alternated rounds; the autoregressive one "
@@ -143,7 +142,7 @@ def main() -> None:
         rounds = per_round[decoder]
         warm_seconds, warm_traces = warmup[decoder]
         report["decoders"][decoder] = {
-            "tokens": [len(t) for t in tokens[decoder]],
+            "tokens": tokens[decoder],
             "frames": [r.frames for r in results[decoder]],
             "decoder_steps": [r.frames // synthesizer.cfg.model.reduction_factor for r in results[decoder]],
             "audio_seconds": round(rounds[0][2], 3),
@@ -163,8 +162,9 @@ def main() -> None:
     if "autoregressive" in synthesizers:
         synthesizer, entry = synthesizers["autoregressive"], report["decoders"]["autoregressive"]
         model, baseline_seconds, max_difference = synthesizer.model, 0.0, 0.0
-        reference_mel, reference_length = synthesizer.reference_mel(reference)
-        for token_list, result in zip(tokens["autoregressive"], results["autoregressive"]):
+        reference_mel, reference_length = synthesizer._reference_mel(reference)  # the model's own input
+        for result in results["autoregressive"]:
+            token_list = result.tokens
             started = time.perf_counter()
             baseline = eager_uncached_decode(model, tf.constant(token_list[None]), tf.constant([len(token_list)]),
                                              tf.constant(reference_mel[None]), tf.constant([reference_length]),

@@ -115,7 +115,7 @@ def end_to_end(args, systems: dict, clips: list[tuple[str, str]], recordings: li
     first = (args.corpus / "metadata.csv").read_text(encoding="utf-8").split("|", 1)[0]
     voice = synthesizer.voice(str(args.corpus / "wavs" / f"{first}.wav"))
     texts = [text for _, text in clips]
-    results = synthesizer.decode_tokens(synthesizer.encode(texts), [voice] * len(texts), texts=texts)
+    results = synthesizer.synthesize(texts, voices=[voice] * len(texts), vocode=False)
     report = {"acoustic_run": str(args.acoustic_run), "checkpoint": synthesizer.checkpoint, "systems": {}}
     light = argparse.Namespace(**{**vars(args), "no_pitch": True})
     for name, system in systems.items():

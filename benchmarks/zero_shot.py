@@ -96,7 +96,7 @@ def main() -> None:
                                     for w in waves]
             centroid = np.mean(np.stack(real[voice]), axis=0)
             centroids[voice] = centroid / max(float(np.linalg.norm(centroid)), 1e-12)
-            results = synthesizer.synthesize_detailed(texts, [str(e.audio_path) for e in references])
+            results = synthesizer.synthesize(texts, [str(e.audio_path) for e in references])
             outputs[voice] = [voice_embedding(result.waveform, rate) for result in results]
             heard.append([result.waveform for result in results])
             ended_by.update(result.ended_by for result in results)  # "maximum length": cut at the largest bucket

@@ -15,7 +15,11 @@ STAMP="$ROOT/.venv/.myxtts-installed${EXTRAS:+-$EXTRAS}"
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
   echo "[setup] installing myxtts${EXTRAS:+[$EXTRAS]} into .venv (first run downloads TensorFlow, ~1-2 min)"
   TARGET="$ROOT${EXTRAS:+[$EXTRAS]}"
-  if ! { [ -x "$ROOT/.venv/bin/uv" ] && "$ROOT/.venv/bin/uv" pip install --python "$ROOT/.venv/bin/python" -q -e "$TARGET"; }; then
+  # --compile-bytecode: every process the tests and the demo start imports TensorFlow and Keras; without .pyc files
+  # (uv writes none by default, and PYTHONDONTWRITEBYTECODE keeps Python from writing them) each one compiles
+  # thousands of modules from source again, ~10 s of CPU per process (docs/benchmarks.md, "Test suite")
+  if ! { [ -x "$ROOT/.venv/bin/uv" ] && "$ROOT/.venv/bin/uv" pip install --python "$ROOT/.venv/bin/python" -q \
+           --compile-bytecode -e "$TARGET"; }; then
     [ -x "$ROOT/.venv/bin/uv" ] && echo "[setup] uv failed: installing with pip"
     "$ROOT/.venv/bin/python" -m pip install -q -e "$TARGET" 2> >(grep -v "is ignored: it is neither" >&2)
   fi

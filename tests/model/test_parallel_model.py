@@ -140,14 +140,14 @@ def test_parallel_synthesis_compiles_every_bucket_at_warm_up_and_never_again(pre
     projection.bias.assign([np.log(1.0 + 4.0)])
     save_run(tmp_path / "run", cfg, model, vocabulary)
     synthesizer = Synthesizer.from_run(tmp_path / "run", batch_size=2)
-    synthesizer.warm_up_all()
+    synthesizer.warm_up()
     traced = synthesizer.tracing_count()
     assert traced == len(synthesizer.decoder.functions) > 2
     reference = sorted((bundled_corpus / "wavs").glob("*.wav"))[0]
     texts = ["Hello.", "The quick brown fox jumps over the lazy dog.",
              "Printing, in the only sense with which we are at present concerned, differs from most if not from all "
              "the arts and crafts represented in the Exhibition.", "A short one."]
-    results = synthesizer.synthesize_detailed(texts, reference)
+    results = synthesizer.synthesize(texts, reference)
     assert synthesizer.tracing_count() == traced  # nothing traced after warm-up
     for result in results:
         # the length is the sum of the durations: 4 frames per token for this predictor
@@ -159,12 +159,12 @@ def test_parallel_synthesis_compiles_every_bucket_at_warm_up_and_never_again(pre
     assert len({synthesizer.decoder.mel_bucket(r.frames) for r in results}) >= 2
     slow = Synthesizer.from_run(tmp_path / "run", batch_size=2, length_scale=8.0)
     with pytest.raises(SynthesisLengthError, match="Printing, in the only sense.*data.max_mel_frames"):
-        slow.synthesize_detailed(texts[2:3], reference)
+        slow.synthesize(texts[2:3], reference)
 
     # any length of text: split into pieces that fit, decoded in the warmed-up buckets, joined with pauses
     transcripts = [line.split("|")[2] for line in (bundled_corpus / "metadata.csv").read_text().splitlines()]
     document = " ".join(transcripts[:6]) + "\n\n" + " ".join(transcripts[6:9])
-    long = synthesizer.synthesize_long(document, reference)
+    long, = synthesizer.synthesize_long(document, reference)
     assert synthesizer.tracing_count() == traced
     budget = synthesizer.lengths.piece_token_budget()
     assert len(long.pieces) >= 9 and max(len(r.tokens) for r in long.results) <= budget
@@ -173,7 +173,7 @@ def test_parallel_synthesis_compiles_every_bucket_at_warm_up_and_never_again(pre
     pauses = sum(int(round(p.pause_after * synthesizer.sample_rate)) for p in long.pieces)
     assert long.waveform.size == sum(r.waveform.size for r in long.results) + pauses
     assert all(r.frames == 4 * len(r.tokens) for r in long.results)
-    spoken = slow.synthesize_long(texts[2], reference)  # the sentence that was too long at this speed
+    spoken, = slow.synthesize_long(texts[2], reference)  # the sentence that was too long at this speed
     assert len(spoken.pieces) >= 2 and all(r.ended_by == "durations" for r in spoken.results)
 
     # without warm-up, each bucket's function traces on its first use, by design: TF's "frequent retracing" warning
@@ -183,7 +183,7 @@ def test_parallel_synthesis_compiles_every_bucket_at_warm_up_and_never_again(pre
 
     script = ("import sys; from myxtts.synthesis import Synthesizer; s = Synthesizer.from_run(sys.argv[1]); "
               "words = sys.argv[3].split(); "
-              "[s.synthesize_detailed([' '.join(words[:n])], sys.argv[2], batch_size=b) "
+              "[s.synthesize([' '.join(words[:n])], sys.argv[2], batch_size=b) "
               "for n in (1, 8, 14, 20, 28) for b in (1, 2)]; print('traced', s.tracing_count())")
     fresh = subprocess.run([sys.executable, "-c", script, str(tmp_path / "run"), str(reference), document],
                            capture_output=True, text=True, timeout=600)

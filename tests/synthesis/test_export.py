@@ -117,8 +117,8 @@ def test_exported_model_runs_with_tensorflow_alone_and_matches_synthesize(run_fi
     reference = bundled_wavs(3)[2]
     synthesizer = Synthesizer.from_run(parallel_run)  # what `myxtts synthesize --vocoder` runs (before its 16-bit file)
     synthesizer.vocoder = load_vocoder(vocoder_path, synthesizer.cfg.audio)
-    expected = synthesizer.synthesize(TEXT, reference)
-    tokens = synthesizer.encode([TEXT])[0]
+    result, = synthesizer.synthesize(TEXT, reference)
+    expected, tokens = result.waveform, result.tokens
 
     served = subprocess.run([sys.executable, "-c", SERVE, str(saved), str(reference), json.dumps(tokens.tolist())],
                             capture_output=True, text=True, timeout=600, cwd=tmp_path)

@@ -112,7 +112,7 @@ def test_shipped_base_speaks_in_voices_it_never_heard(tmp_path):
     real_direction = real[low.name] - real[high.name]  # [n_mels]
     texts = ["Printing, in the only sense with which we are at present concerned.",
              "On the twenty seventh April, in the following year."]
-    outputs = {name: [result.mel for result in synthesizer.synthesize_detailed(
+    outputs = {name: [result.mel for result in synthesizer.synthesize(
         texts, load_audio(paths[0], cfg.audio.sample_rate))] for name, paths in clips.items()}
     for index in range(len(texts)):
         direction = _mean_spectrum(outputs[low.name][index]) - _mean_spectrum(outputs[high.name][index])

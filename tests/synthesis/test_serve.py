@@ -40,10 +40,10 @@ def running_server(engine) -> Iterator[str]:
     """``engine`` behind the real app and uvicorn on a free localhost port, in a thread; yields its URL."""
     import uvicorn
 
-    from myxtts.synthesis.http import create_app
+    from myxtts.synthesis.http import uvicorn_config
 
     port = _free_port()
-    http = uvicorn.Server(uvicorn.Config(create_app(engine), host="127.0.0.1", port=port, log_level="warning"))
+    http = uvicorn.Server(uvicorn_config(engine, "127.0.0.1", port, log_level="warning"))
     thread = threading.Thread(target=http.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
@@ -68,7 +68,7 @@ def server(parallel_run):  # noqa: F811
     engine = SpeechEngine(synthesizer, {"linda": bundled_wavs(1)[0]}, batch_size=4,
                           limits=ServerLimits(max_characters=600))
     # what each text sounds like alone (before the engine thread shares the synthesizer)
-    expected = {text: to_pcm16(synthesizer.synthesize_long(text, bundled_wavs(1)[0]).waveform)
+    expected = {text: to_pcm16(synthesizer.synthesize_long(text, bundled_wavs(1)[0])[0].waveform)
                 for text in [TWO_SENTENCES, *CLIENT_TEXTS]}
     with running_server(engine) as url:
         yield url, engine, expected
@@ -204,7 +204,7 @@ def test_a_client_that_leaves_after_its_first_chunk_has_at_most_a_few_of_its_40_
         deliver(stream, index, audio)
 
     monkeypatch.setattr(SpeechStream, "deliver", slow_vocoder)
-    dropped_before = engine.dropped
+    dropped_before, after_cancel_before = engine.dropped, engine.vocoded_after_cancel
     host, port = url.removeprefix("http://").split(":")
     body = json.dumps({"input": text, "voice": "linda", "response_format": "pcm"}).encode()
     with socket.create_connection((host, int(port)), timeout=60) as connection:
@@ -226,6 +226,8 @@ def test_a_client_that_leaves_after_its_first_chunk_has_at_most_a_few_of_its_40_
     # the vocoder queue is bounded: the engine decodes a few batches ahead of the vocoder, not all 40 pieces
     assert decoded_before_leaving <= 3 * engine.batch_size and stream.decoded == decoded_before_leaving
     assert engine.dropped - dropped_before == 40 - stream.vocoded  # every other piece dropped, at some stage
+    # those in progress when it left are counted (/health: pieces_vocoded_after_cancel), piece 0 is not
+    assert engine.vocoded_after_cancel - after_cancel_before == stream.vocoded - 1
     assert engine.backlog()["requests_in_flight"] == 0
 
 
@@ -234,7 +236,7 @@ def test_an_older_request_finishes_within_a_few_batches_under_a_steady_stream_of
     """Every batch the engine decodes brings four new one-piece requests (as many as a batch takes): earliest piece
     index first alone would serve them forever ahead of the older request's second and third pieces."""
     _, engine, _ = server
-    decode, inside, go = engine.synthesizer.decode_tokens, threading.Event(), threading.Event()
+    decode, inside, go = engine.synthesizer._decode_tokens, threading.Event(), threading.Event()
     newcomers, batches_seen = [], []  # batches_seen: the older request's pieces decoded when each batch began
     older = None
 
@@ -247,7 +249,7 @@ def test_an_older_request_finishes_within_a_few_batches_under_a_steady_stream_of
             newcomers.extend(engine.submit("Come here.", "linda") for _ in range(engine.batch_size))
         return decode(*args, **kwargs)
 
-    engine.synthesizer.decode_tokens = steady
+    engine.synthesizer._decode_tokens = steady
     try:
         newcomers.append(engine.submit("Wait.", "linda"))
         inside.wait(60)
@@ -256,7 +258,7 @@ def test_an_older_request_finishes_within_a_few_batches_under_a_steady_stream_of
         go.set()
         audio = b"".join(older.pcm16(timeout=60))
     finally:
-        del engine.synthesizer.decode_tokens  # the class's method again
+        del engine.synthesizer._decode_tokens  # the class's method again
         go.set()
         for stream in newcomers:
             stream.cancel()
@@ -305,7 +307,7 @@ def test_a_piece_cut_at_the_largest_bucket_is_counted_and_logged_with_the_reques
     # 30 frames per token: the short first piece fits the largest bucket, the long second one does not
     short, long = "Hi there.", TRANSCRIPTS[3]
     limit = engine.synthesizer.cfg.data.max_mel_frames
-    tokens = [len(engine.synthesizer.encode([text])[0]) for text in (short, long)]
+    tokens = [len(engine.synthesizer._encode([text])[0]) for text in (short, long)]
     assert 30 * tokens[0] < limit < 30 * tokens[1]
     projection.kernel.assign(np.zeros_like(kept[0]))
     projection.bias.assign(np.full_like(kept[1], np.log(1.0 + 30.0)))  # compiled functions read the variables

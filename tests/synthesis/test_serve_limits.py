@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from typing import Iterator
 
 import pytest
@@ -32,7 +33,7 @@ pytest.importorskip("uvicorn")
 def _limits():
     from myxtts.synthesis.server_limits import ServerLimits
 
-    return ServerLimits(max_body_bytes=4096, body_timeout=2.0, max_characters=600, max_pieces=8,
+    return ServerLimits(max_body_bytes=4096, header_timeout=1.0, body_timeout=2.0, max_characters=600, max_pieces=8,
                         max_requests_in_flight=2, max_queued_pieces=10, send_timeout=2.0)
 
 
@@ -51,19 +52,19 @@ def bounded(parallel_run):  # noqa: F811
 def engine_held(engine) -> Iterator[threading.Event]:
     """The engine thread stops inside its next decode until the block ends; yields an event set once it is there."""
     inside, release = threading.Event(), threading.Event()
-    real = engine.synthesizer.decode_tokens
+    real = engine.synthesizer._decode_tokens
 
     def held(*args, **kwargs):
         inside.set()
         release.wait(60)
         return real(*args, **kwargs)
 
-    engine.synthesizer.decode_tokens = held
+    engine.synthesizer._decode_tokens = held
     try:
         yield inside
     finally:
         release.set()
-        del engine.synthesizer.decode_tokens  # the class's method again
+        del engine.synthesizer._decode_tokens  # the class's method again
 
 
 def _idle(engine) -> bool:
@@ -119,6 +120,29 @@ def test_a_body_that_stops_arriving_is_answered_408(bounded):
     assert status == 408 and _error_of(payload)["code"] == "timeout"
 
 
+def test_headers_that_arrive_too_slowly_close_the_connection(bounded):
+    """Slowloris: a request head sent a byte at a time is cut header_timeout after the connection opened (uvicorn's
+    keep-alive timer alone restarts at every byte received); the server goes on answering."""
+    url, engine = bounded
+    host, port = url.removeprefix("http://").split(":")
+    head = b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"a" * 200
+    started, closed = time.monotonic(), False
+    with socket.create_connection((host, int(port)), timeout=0.2) as connection:
+        for byte in head:  # at most ~45 s when the server never closes it
+            try:
+                connection.sendall(bytes([byte]))
+                if connection.recv(1024) == b"":
+                    closed = True
+                    break
+            except socket.timeout:
+                continue
+            except OSError:  # reset by the server
+                closed = True
+                break
+    assert closed and time.monotonic() - started < engine.limits.header_timeout + 5
+    assert _health(url)["status"] == "ok"
+
+
 @pytest.mark.parametrize("text, says", [
     ("Go. " * 20, "splits into 20 pieces"),  # 80 characters, 20 decodes
     ("It said " + "abracadabra" * 30 + " twice.", "alone is longer"),
@@ -135,7 +159,7 @@ def test_input_the_server_will_not_say_is_400_naming_why(bounded, text, says):
 
 def test_punctuation_alone_is_the_only_text_left_out(bounded):
     _, engine = bounded
-    pieces = engine.synthesizer.split(f"{TRANSCRIPTS[0]} ... {TRANSCRIPTS[3]}")
+    pieces = engine.synthesizer._split(f"{TRANSCRIPTS[0]} ... {TRANSCRIPTS[3]}")
     assert [piece.text for piece in pieces] == [TRANSCRIPTS[0], TRANSCRIPTS[3]]
 
 
@@ -215,7 +239,7 @@ def test_a_client_that_stops_reading_is_dropped_and_its_pieces_freed(bounded):
     long_text = ""
     for text in TRANSCRIPTS:  # as many pieces as the limits allow
         candidate = f"{long_text} {text}".strip()
-        if len(candidate) > 600 or len(engine.synthesizer.split(candidate)) > 8:
+        if len(candidate) > 600 or len(engine.synthesizer._split(candidate)) > 8:
             break
         long_text = candidate
     stream = engine.submit(long_text, "linda")

@@ -76,7 +76,7 @@ def test_cli_writes_playable_16bit_wav(tiny_run, tmp_path):
     from myxtts.synthesis import Synthesizer
 
     synthesizer = Synthesizer.from_run(tiny_run)
-    same = synthesizer.synthesize_detailed([TEXTS[0]], bundled_wavs(1)[0])[0]  # the API says what the CLI said
+    same = synthesizer.synthesize([TEXTS[0]], bundled_wavs(1)[0])[0]  # the API says what the CLI said
     assert _frames(len(wave), 256) == same.frames == same.durations.sum()
     # the voice's latents, one duration function, one decode function
     assert "compiled decoder graphs: 3" in result.output
@@ -93,10 +93,18 @@ def test_several_references_of_one_voice_are_averaged(tiny_run, tmp_path):
     np.testing.assert_allclose(both, (one + other) / 2, atol=1e-5)  # ... the voice of both is their mean
     np.testing.assert_allclose(synthesizer.voice([second, first]), both, atol=1e-6)
     np.testing.assert_allclose(synthesizer.voice([first, first]), one, atol=1e-6)
-    mels = {name: synthesizer.synthesize_detailed([TEXTS[3]], reference)[0].mel
+    mels = {name: synthesizer.synthesize([TEXTS[3]], reference)[0].mel
             for name, reference in (("one", first), ("other", second), ("both", [first, second]))}
     assert not np.allclose(mels["both"], mels["one"], atol=1e-3)
     assert not np.allclose(mels["both"], mels["other"], atol=1e-3)
+    # a voice per text, in one batch: each text sounds as it does with its own voice alone
+    mixed = synthesizer.synthesize([TEXTS[3], TEXTS[3]], voices=[other, both], batch_size=2, vocode=False)
+    assert mixed[0].waveform is None and mixed[1].waveform is None
+    np.testing.assert_allclose(mixed[0].mel, mels["other"], atol=1e-4)
+    np.testing.assert_allclose(mixed[1].mel, mels["both"], atol=1e-4)
+    for voice_arguments in ({}, {"reference": first, "voices": [one]}, {"voices": [one, other]}):
+        with pytest.raises(ValueError, match="voice"):  # neither, both, or not one voice per text
+            synthesizer.synthesize([TEXTS[3]], **voice_arguments)
     # the CLI takes --reference more than once, and names a missing clip
     out = tmp_path / "both.wav"
     result = CliRunner().invoke(main, ["synthesize", "--run", str(tiny_run), "--text", TEXTS[3], "--reference",
@@ -141,8 +149,8 @@ def test_cli_says_a_text_file_of_paragraphs_as_one_wav(tiny_run, tmp_path):
 
 
 def test_python_api_keeps_mel_and_alignment(synthesizer):
-    wave = synthesizer.synthesize("The quick brown fox jumps over the lazy dog.", bundled_wavs(1)[0])
-    result = synthesizer.last_results[0]
+    result, = synthesizer.synthesize("The quick brown fox jumps over the lazy dog.", bundled_wavs(1)[0])
+    wave = result.waveform
     assert wave.dtype == np.float32 and wave.ndim == 1 and np.all(np.isfinite(wave))
     assert result.mel.shape == (result.frames, 80)
     # the alignment is the predicted durations laid out: every frame on exactly one token, in order
@@ -159,11 +167,11 @@ def test_each_item_of_a_batch_equals_itself_decoded_alone(synthesizer):
     """Items of unequal lengths share a batch (and the longest one's mel bucket) without touching each other."""
     texts = ["Hi there.", TEXTS[3], "A mid length sentence for the test."]
     reference = bundled_wavs(1)[0]
-    results = synthesizer.synthesize_detailed(texts, reference, batch_size=3)
+    results = synthesizer.synthesize(texts, reference, batch_size=3)
     frames = [r.frames for r in results]
     assert len(set(frames)) == 3, frames
     for text, result in zip(texts, results):
-        alone = synthesizer.synthesize_detailed([text], reference, batch_size=1)[0]
+        alone = synthesizer.synthesize(text, reference, batch_size=1)[0]
         assert alone.frames == result.frames == result.durations.sum()
         np.testing.assert_allclose(result.mel, alone.mel, atol=1e-4)
         assert len(result.waveform) == (result.frames - 1) * 256
@@ -175,17 +183,17 @@ def test_reference_in_another_format_and_rate(synthesizer, tmp_path):
 
     flac = tmp_path / "reference.flac"
     soundfile.write(str(flac), soxr.resample(wave, rate, 16000), 16000, format="FLAC")
-    mel_flac, length_flac = synthesizer.reference_mel(flac)
-    mel_wav, length_wav = synthesizer.reference_mel(bundled_wavs(3)[2])
+    mel_flac, length_flac = synthesizer._reference_mel(flac)
+    mel_wav, length_wav = synthesizer._reference_mel(bundled_wavs(3)[2])
     assert mel_flac.shape == mel_wav.shape == (96, 80) and length_flac == length_wav == 96
-    assert np.all(np.isfinite(synthesizer.synthesize("Hello.", flac)))
+    assert np.all(np.isfinite(synthesizer.synthesize("Hello.", flac)[0].waveform))
 
 
 def test_no_retrace_over_twenty_texts(synthesizer):
     from myxtts.diagnostics import RetraceMonitor
 
     texts = [" ".join(TEXTS[i].split()[: 2 + i]) for i in range(20)]  # 2..21 words: two text buckets
-    token_counts = [len(t) for t in synthesizer.encode(texts)]
+    token_counts = [len(t) for t in synthesizer._encode(texts)]
     assert len(set(token_counts)) >= 15
     buckets = {synthesizer.lengths.text_bucket(n) for n in token_counts}
     for bucket in buckets:  # warm-up: one compiled graph per (batch 1, text bucket)
@@ -255,8 +263,8 @@ def test_synthesis_is_reproducible_with_the_prenet_dropout_on(tiny_run):
     from myxtts.synthesis import Synthesizer
 
     reference = bundled_wavs(1)[0]
-    first = Synthesizer.from_run(tiny_run).synthesize_detailed([TEXTS[4]], reference)[0]
-    second = Synthesizer.from_run(tiny_run).synthesize_detailed([TEXTS[4]], reference)[0]
+    first = Synthesizer.from_run(tiny_run).synthesize([TEXTS[4]], reference)[0]
+    second = Synthesizer.from_run(tiny_run).synthesize([TEXTS[4]], reference)[0]
     np.testing.assert_array_equal(first.mel, second.mel)
 
 
@@ -297,18 +305,17 @@ def test_synthesis_normalises_the_reference_and_denormalises_the_output(tiny_run
     stats = synthesizer.mel_stats
     np.testing.assert_array_equal(stats.mean, MelStats.load(tiny_run / "mel_stats.json").mean)
     reference = bundled_wavs(3)[2]
-    mel, length = synthesizer.reference_mel(reference)
+    mel, length = synthesizer._reference_mel(reference)
     raw = synthesizer.frontend(load_audio(reference, 22050)).numpy()
     start = (raw.shape[0] - 96) // 2
     np.testing.assert_allclose(mel, stats.normalize(raw[start:start + 96]), rtol=1e-6, atol=1e-6)
     # the same model without statistics returns its raw (normalised-space) output: the run's result is that,
     # denormalised, and the vocoder receives it
     raw_model = Synthesizer(synthesizer.cfg, synthesizer.model, synthesizer.vocabulary)
-    tokens = synthesizer.encode([TEXTS[5]])
-    voice = synthesizer.latents_of([mel], [length])[0]
-    result = synthesizer.decode_tokens(tokens, [voice])[0]
-    normalized = raw_model.decode_tokens(tokens, [voice])[0]
+    voice = synthesizer._latents_of([mel], [length])[0]
+    result, = synthesizer.synthesize(TEXTS[5], voices=[voice])
+    normalized, = raw_model.synthesize(TEXTS[5], voices=[voice], vocode=False)
     np.testing.assert_allclose(result.mel, stats.denormalize(normalized.mel), rtol=1e-5, atol=1e-5)
-    wave = synthesizer.vocode(result)
+    wave = result.waveform
     assert wave.dtype == np.float32 and len(wave) == (result.frames - 1) * 256 and np.all(np.isfinite(wave))
     np.testing.assert_array_equal(wave, np.asarray(synthesizer.vocoder(result.mel)))

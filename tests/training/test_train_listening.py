@@ -68,8 +68,8 @@ def test_listening_while_training_parallel_decoder(prepared_cache, tmp_path):
 
 
 def test_sentence_and_reference_choice():
-    from myxtts.data.mel_stats import MelStats
-    from myxtts.training.listener import choose_rows, crop_reference, reference_row
+    from myxtts.data.mel_stats import MelStats, reference_crop
+    from myxtts.training.listener import choose_rows, reference_row
 
     speakers = np.array([0, 0, 1, 1, 2, 0])
     assert choose_rows(np.array([1, 3, 5, 4]), speakers, 3) == [1, 3, 4]  # one per speaker first
@@ -77,9 +77,9 @@ def test_sentence_and_reference_choice():
     assert reference_row(1, speakers) == 5 and reference_row(5, speakers) == 0  # the next of the speaker, wrapping
     assert reference_row(4, speakers) == 4  # alone
     stats = MelStats(np.full([2], -5.0, np.float32), np.full([2], 2.0, np.float32))
-    mel, length = crop_reference(np.full([3, 2], -1.0, np.float16), 5, stats)
+    mel, length = reference_crop(np.full([3, 2], -1.0, np.float16), 5, stats)
     assert length == 3 and mel.shape == (5, 2) and (mel[:3] == 2.0).all() and (mel[3:] == 0).all()
-    mel, length = crop_reference(np.arange(20, dtype=np.float32).reshape(10, 2), 4, stats)
+    mel, length = reference_crop(np.arange(20, dtype=np.float32).reshape(10, 2), 4, stats)
     assert length == 4 and mel[0, 0] == (6 + 5) / 2  # the middle 4 of 10 frames start at frame 3
 
 

@@ -255,9 +255,9 @@ def test_pack_ships_the_model_alone_and_both_synthesis_and_warm_start_take_it(so
     assert size < 0.5 * trained  # the weights without Adam's two slots per variable
     assert {"config.yaml", "vocab.json", "mel_stats.json", "corpus.json"} <= {p.name for p in packed.iterdir()}
     text, reference = "The model reads this sentence.", bundled_wavs(3)[2]
-    original = Synthesizer.from_run(source_run).synthesize_detailed([text], reference)[0]
+    original = Synthesizer.from_run(source_run).synthesize([text], reference)[0]
     shipped_synthesizer = Synthesizer.from_run(packed)
-    shipped = shipped_synthesizer.synthesize_detailed([text], reference)[0]
+    shipped = shipped_synthesizer.synthesize([text], reference)[0]
     np.testing.assert_allclose(shipped.mel, original.mel, atol=1e-5)
     cfg, vocabulary = shipped_synthesizer.cfg, shipped_synthesizer.vocabulary
     run_cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, init_from=str(packed)))

@@ -90,7 +90,7 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     reference = sentences.pop()[1] if sentences else None
     if reference is None:
         raise ValueError("The demo needs at least one prepared training clip as the reference voice.")
-    waveform = synthesizer.synthesize(text, reference)
+    waveform = synthesizer.synthesize(text, reference, batch_size=1)[0].waveform
     wav_path = RunDir(run_dir).demo_wav
     write_wav(wav_path, waveform, cfg.audio.sample_rate)
     click.echo(f"text: {text!r}")
@@ -119,7 +119,7 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
         _cer_line(check, len(held_out)),
         f"CER of a held-out sentence: {held_out_cer:.2f} (never trained on)" if held_out_cer is not None else
         "CER of a held-out sentence: not measured (no validation clip, or no recognizer)",
-        _similarity_line(cfg, synthesizer, [path for _, path in sentences] + [reference]),
+        _similarity_line(cfg, check.waveforms, [path for _, path in sentences] + [reference]),
         f"alignment plot:             {check.sentences[0].plot}",
         f"vocoder:                    {vocoder_path}",
         f"wav:                        {wav_path}",
@@ -165,7 +165,7 @@ def _alignment_line(synthesizer, check) -> str:
             "(monotonic by construction: nothing skipped or repeated)")
 
 
-def _similarity_line(cfg, synthesizer, clips: list[Path]) -> str:
+def _similarity_line(cfg, outputs: list, clips: list[Path]) -> str:
     """Resemblyzer's cosine of the outputs to real clips of the voice, beside real clips' own (leave-one-out)."""
     from myxtts.evaluation import speaker_encoder
 
@@ -177,7 +177,6 @@ def _similarity_line(cfg, synthesizer, clips: list[Path]) -> str:
 
     rate = cfg.audio.sample_rate
     real = [load_audio(path, rate) for path in clips]
-    outputs = [result.waveform for result in synthesizer.last_results]
     output = speaker_encoder.speaker_similarity(outputs, real, rate)
     reference = speaker_encoder.reference_similarity(real, rate, cfg.audio, griffin_lim=False)
     return f"speaker similarity:         {reference.summary(output)} (Resemblyzer)"

@@ -69,6 +69,7 @@ def _read_texts(text: str | None, text_file: str | None, one_document: bool) -> 
 def synthesize_command(run_dir, checkpoint, config_path, text, text_file, references, out_path, out_dir,
                        batch_size, speed, vocoder_path) -> None:
     """Text + a reference voice clip -> 16-bit WAV at the configured sample rate."""
+    from myxtts.synthesis import write_numbered_wavs
     from myxtts.vocoder import write_wav
     from myxtts.vocoder.neural import load_vocoder
 
@@ -82,14 +83,12 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
     synthesizer = _synthesizer(run_dir, checkpoint, config_path, batch_size, length_scale=1.0 / speed)
     synthesizer.vocoder = load_vocoder(vocoder_path, synthesizer.cfg.audio,
                                        f"the acoustic model {run_dir or checkpoint}")
-    documents = synthesizer.synthesize_documents(texts, list(references))
+    documents = synthesizer.synthesize_long(texts, list(references))
     rate = synthesizer.sample_rate
     if out_path:
         paths = [write_wav(out_path, documents[0].waveform, rate)]
     else:
-        width = max(3, len(str(len(documents))))
-        paths = [write_wav(Path(out_dir) / f"{index + 1:0{width}d}.wav", document.waveform, rate)
-                 for index, document in enumerate(documents)]
+        paths = write_numbered_wavs([document.waveform for document in documents], out_dir, rate)
     for path, document in zip(paths, documents):
         seconds = len(document.waveform) / rate
         compute = sum(r.decode_seconds + r.vocoder_seconds for r in document.results)
@@ -192,6 +191,8 @@ def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:
               help="Most pieces (sentences, or parts of long ones) one request may split into (400 beyond).")
 @click.option("--max-body-bytes", type=click.IntRange(min=1), default=65536, show_default=True,
               help="Largest request body (413 beyond, decided from Content-Length or while reading).")
+@click.option("--header-timeout", type=click.FloatRange(min=0, min_open=True), default=10.0,
+              show_default=True, help="Seconds a connection may take to send a request's headers (closed after).")
 @click.option("--body-timeout", type=click.FloatRange(min=0, min_open=True), default=10.0,
               show_default=True, help="Seconds a client may take to send its request body (408 after).")
 @click.option("--max-requests-in-flight", type=click.IntRange(min=1), default=64,
@@ -208,7 +209,7 @@ def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:
 @vocoder_option()
 @clean_errors(ValueError, OSError)
 def serve_command(run_dir, voice_specs, host, port, batch_size, max_characters, max_pieces, max_body_bytes,
-                  body_timeout, max_requests_in_flight, max_queued_pieces, send_timeout, shutdown_grace,
+                  header_timeout, body_timeout, max_requests_in_flight, max_queued_pieces, send_timeout, shutdown_grace,
                   vocoder_path) -> None:
     """An HTTP server: OpenAI-compatible POST /v1/audio/speech streamed sentence by sentence, GET /health
     (needs the serve extra: pip install -e '.[serve]'). Every limit is answered in OpenAI's error shape."""
@@ -220,7 +221,8 @@ def serve_command(run_dir, voice_specs, host, port, batch_size, max_characters, 
     from myxtts.synthesis.server_limits import ServerLimits
     from myxtts.synthesis.serving import SpeechEngine
 
-    limits = ServerLimits(max_body_bytes=max_body_bytes, body_timeout=body_timeout, max_characters=max_characters,
+    limits = ServerLimits(max_body_bytes=max_body_bytes, header_timeout=header_timeout, body_timeout=body_timeout,
+                          max_characters=max_characters,
                           max_pieces=max_pieces, max_requests_in_flight=max_requests_in_flight,
                           max_queued_pieces=max_queued_pieces, send_timeout=send_timeout)  # before the model loads
     voices = _voices(voice_specs)

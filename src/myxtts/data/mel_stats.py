@@ -128,6 +128,19 @@ class MelStats:
         return cls.from_dict(data, str(path))
 
 
+def reference_crop(log_mel: np.ndarray, frames: int, mel_stats: MelStats) -> tuple[np.ndarray, int]:
+    """A real log mel ``[time, n_mels]`` -> the normalised conditioning mel ``[frames, n_mels]`` and its true length:
+    the middle ``frames`` (away from leading / trailing silence), or the whole mel zero-padded after normalising (as
+    the training pipeline pads). What synthesis and the trainer's listener give the conditioning encoder."""
+    mel = mel_stats.normalize(np.asarray(log_mel, np.float32))
+    if mel.shape[0] >= frames:
+        start = (mel.shape[0] - frames) // 2
+        return mel[start:start + frames].astype(np.float32), frames
+    padded = np.zeros([frames, mel.shape[1]], np.float32)
+    padded[: mel.shape[0]] = mel
+    return padded, int(mel.shape[0])
+
+
 class MelStatsAccumulator:
     """Per-bin mean and variance over many utterances in float64, without holding them.
 

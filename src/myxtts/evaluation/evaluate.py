@@ -18,7 +18,6 @@ Per clip (the run's validation split by default, or every clip of a corpus folde
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from pathlib import Path
@@ -30,16 +29,11 @@ import tensorflow as tf
 from myxtts.audio import load_audio
 from myxtts.config import Config
 from myxtts.data.corpus import CorpusEntry, read_corpus
-from myxtts.diagnostics.tf_warning import first_trace_expected
 from myxtts.evaluation.metrics import attention_diagonality, focus_rate, mel_cepstral_distortion
 from myxtts.machine import machine
 from myxtts.synthesis.synthesizer import Synthesizer
-from myxtts.text import PAD_ID
+from myxtts.synthesis.teacher_forcing import TeacherForced, TeacherForcing
 
-# teacher-forced frames are padded to multiples of this (few compiled shapes). Finer than synthesis's
-# MEL_BUCKET_MULTIPLE (synthesis/decoding.py): here a shape is compiled only when a clip needs it and runs one clip,
-# so a finer multiple pads less; synthesis traces every bucket up front in warm_up, so it keeps their number small.
-TEACHER_FORCED_FRAME_MULTIPLE = 64
 SUMMARY_KEYS = ("mcd_dtw_db", "teacher_forced_mel_l1", "duration_error", "aligner_focus_rate", "aligner_diagonality",
                 "real_time_factor", "length_ratio", "cut_at_maximum")
 
@@ -81,53 +75,14 @@ def pick_reference(entry: CorpusEntry, pool: list[CorpusEntry]) -> CorpusEntry:
     return (later or same)[0]
 
 
-class TeacherForcing:
-    """Teacher-forced forward pass, compiled once per (text bucket, mel bucket) with a static signature."""
-
-    def __init__(self, synthesizer: Synthesizer) -> None:
-        self.synthesizer = synthesizer
-        self.functions: dict[tuple[int, int], Any] = {}
-
-    def _function(self, text_len: int, frames: int):
-        key = (text_len, frames)
-        if key not in self.functions:
-            cfg = self.synthesizer.cfg
-            spec = {"tokens": tf.TensorSpec([1, text_len], tf.int32), "token_lengths": tf.TensorSpec([1], tf.int32),
-                    "mel": tf.TensorSpec([1, frames, cfg.audio.n_mels], tf.float32),
-                    "mel_lengths": tf.TensorSpec([1], tf.int32),
-                    "reference_mel": tf.TensorSpec([1, cfg.data.reference_frames, cfg.audio.n_mels], tf.float32),
-                    "reference_lengths": tf.TensorSpec([1], tf.int32), "speaker_ids": tf.TensorSpec([1], tf.int32)}
-            model = self.synthesizer.model
-            self.functions[key] = tf.function(lambda batch: model(batch, training=False), input_signature=[spec],
-                                              autograph=False)
-        return self.functions[key]
-
-    def __call__(self, tokens: np.ndarray, mel: np.ndarray, reference_mel: np.ndarray, reference_length: int) -> dict:
-        """``mel``: the real log mel ``[frames, n_mels]`` (normalised here for the model); ``reference_mel``: the
-        normalised reference (``Synthesizer.reference_mel``). The returned ``mel_after`` is a real log mel."""
-        stats = self.synthesizer.mel_stats
-        text_len = self.synthesizer.lengths.text_bucket(len(tokens))
-        limit = self.synthesizer.cfg.data.max_mel_frames  # a multiple of the reduction factor (validated)
-        frames = min(math.ceil(mel.shape[0] / TEACHER_FORCED_FRAME_MULTIPLE) * TEACHER_FORCED_FRAME_MULTIPLE, limit)
-        true_frames = min(mel.shape[0], frames)
-        padded_tokens = np.full([1, text_len], PAD_ID, np.int32)
-        padded_tokens[0, : len(tokens)] = tokens
-        padded_mel = np.zeros([1, frames, mel.shape[1]], np.float32)
-        padded_mel[0, :true_frames] = stats.normalize(mel[:true_frames])  # zero padding after normalising
-        batch = {"tokens": padded_tokens, "token_lengths": np.array([len(tokens)], np.int32), "mel": padded_mel,
-                 "mel_lengths": np.array([true_frames], np.int32), "reference_mel": reference_mel[None],
-                 "reference_lengths": np.array([reference_length], np.int32), "speaker_ids": np.zeros([1], np.int32)}
-        function = self._function(text_len, frames)
-        with first_trace_expected(function):  # one function per bucket shape: its first trace is the design
-            outputs = {k: v.numpy()[0] for k, v in function({k: tf.constant(v) for k, v in batch.items()}).items()}
-        alignment = outputs["alignments"][:true_frames, : len(tokens)]  # [frames, tokens] soft, the aligner's
-        mel_after = stats.denormalize(outputs["mel_after"][:true_frames])  # [true_frames, n_mels] real log mel
-        aligner_log = np.log1p(outputs["durations"][: len(tokens)].astype(np.float64))
-        predicted_log = outputs["log_duration_predictions"][: len(tokens)]
-        return {"teacher_forced_mel_l1": float(np.mean(np.abs(mel_after - mel[:true_frames]))),
-                "duration_error": float(np.mean(np.abs(predicted_log - aligner_log))),
-                "aligner_diagonality": attention_diagonality(alignment), "aligner_focus_rate": focus_rate(alignment),
-                "mel_after": mel_after}
+def teacher_forced_fit(forced: TeacherForced, real_mel: np.ndarray) -> dict[str, float]:
+    """The fit measures of one teacher-forced clip (see the module docstring)."""
+    frames = forced.mel.shape[0]
+    aligner_log = np.log1p(forced.aligner_durations.astype(np.float64))
+    return {"teacher_forced_mel_l1": float(np.mean(np.abs(forced.mel - real_mel[:frames]))),
+            "duration_error": float(np.mean(np.abs(forced.log_duration_predictions - aligner_log))),
+            "aligner_diagonality": attention_diagonality(forced.alignment),
+            "aligner_focus_rate": focus_rate(forced.alignment)}
 
 
 def evaluate(synthesizer: Synthesizer, entries: list[CorpusEntry], pool: list[CorpusEntry],
@@ -142,33 +97,27 @@ def evaluate(synthesizer: Synthesizer, entries: list[CorpusEntry], pool: list[Co
         real_wave = load_audio(entry.audio_path, rate)  # [samples]
         real_mel = synthesizer.frontend(real_wave).numpy()  # [frames, n_mels]
         reference = pick_reference(entry, pool)
-        reference_mel, reference_length = synthesizer.reference_mel(reference.audio_path)  # normalised
-        tokens = synthesizer.encode([entry.text])[0]
         for _ in range(2):  # a call that compiled is done again: the real-time factor excludes compilation
             traced = synthesizer.tracing_count()
-            started = time.perf_counter()
-            voice = synthesizer.latents_of([reference_mel], [reference_length])[0]
-            result = synthesizer.decode_tokens([tokens], [voice], batch_size=1, texts=[entry.text])[0]
-            synthesizer.vocode(result)
-            compute_seconds = time.perf_counter() - started
+            result = synthesizer.synthesize(entry.text, reference.audio_path, batch_size=1)[0]
             if synthesizer.tracing_count() == traced:
                 break
-        seconds = len(result.waveform) / rate
-        forced = teacher(tokens, real_mel, reference_mel, reference_length)
-        item = {"id": entry.id, "reference_id": reference.id, "tokens": int(len(tokens)),
+        seconds, compute_seconds = len(result.waveform) / rate, result.decode_seconds + result.vocoder_seconds
+        forced = teacher(entry.text, real_mel, reference.audio_path)
+        item = {"id": entry.id, "reference_id": reference.id, "tokens": int(len(result.tokens)),
                 "real_frames": int(real_mel.shape[0]), "synthesized_frames": result.frames,
                 "length_ratio": result.frames / real_mel.shape[0],
                 "cut_at_maximum": result.ended_by == "maximum length",
                 "mcd_dtw_db": mel_cepstral_distortion(real_wave, result.waveform, rate),
                 "real_time_factor": compute_seconds / max(seconds, 1e-9), "seconds": seconds,
-                **{k: v for k, v in forced.items() if k != "mel_after"}}
+                **teacher_forced_fit(forced, real_mel)}
         if plots_dir is not None:
             folder = Path(plots_dir)
             item["plots"] = [
                 str(plot_mel_comparison(folder / f"{entry.id}_mel.png", real_mel, result.mel, entry.text)),
                 str(plot_alignment(folder / f"{entry.id}_alignment.png", result.alignment,
                                    f"predicted durations: {entry.text}")),
-                str(plot_mel_comparison(folder / f"{entry.id}_teacher_forced_mel.png", real_mel, forced["mel_after"],
+                str(plot_mel_comparison(folder / f"{entry.id}_teacher_forced_mel.png", real_mel, forced.mel,
                                         entry.text, "teacher-forced"))]
         items.append(item)
     return items

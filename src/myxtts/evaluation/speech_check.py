@@ -37,13 +37,15 @@ class SpeechCheck:
     recognizer: bool = False
     cer: float | None = None  # corpus CER of the synthesized audio (sum of edits / sum of lengths)
     recording_cer: float | None = None  # the recognizer's CER on the real recordings of the same texts
+    waveforms: list[np.ndarray] = field(default_factory=list, repr=False)  # the synthesized audio, in order
 
     @property
     def frames_per_token(self) -> float:
         return float(np.mean([s.frames_per_token for s in self.sentences]))
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "frames_per_token": self.frames_per_token}
+        record = {key: value for key, value in asdict(self).items() if key != "waveforms"}
+        return {**record, "frames_per_token": self.frames_per_token}
 
 
 def check_speech(synthesizer: Any, texts: Sequence[str], reference: Any,
@@ -57,9 +59,9 @@ def check_speech(synthesizer: Any, texts: Sequence[str], reference: Any,
     from myxtts.evaluation import listening_measures
 
     sample_rate = synthesizer.cfg.audio.sample_rate
-    results = synthesizer.synthesize_detailed(list(texts), reference)
+    results = synthesizer.synthesize(list(texts), reference)
     use_recognizer = listen and listening_measures.recognizer_available()
-    check = SpeechCheck(recognizer=use_recognizer)
+    check = SpeechCheck(recognizer=use_recognizer, waveforms=[result.waveform for result in results])
     recordings = list(recordings) if recordings is not None else [None] * len(results)
     for index, (text, result, recording) in enumerate(zip(texts, results, recordings)):
         alignment = np.asarray(result.alignment, dtype=np.float64)  # [frames, tokens]

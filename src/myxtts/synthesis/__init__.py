@@ -4,9 +4,9 @@ from myxtts.synthesis.decoding import CompiledDecoder, SynthesisLengthError
 from myxtts.synthesis.lengths import LengthPolicy, TextTooLongError
 from myxtts.run_dir import RunError, latest_checkpoint
 from myxtts.synthesis.loading import load_model_from_checkpoint, load_model_from_run, save_run
-from myxtts.synthesis.synthesizer import LongSynthesis, SynthesisResult, Synthesizer, write_results
+from myxtts.synthesis.synthesizer import LongSynthesis, SynthesisResult, Synthesizer, write_numbered_wavs
 from myxtts.synthesis.text_split import TextPiece, split_text
 
 __all__ = ["CompiledDecoder", "LengthPolicy", "LongSynthesis", "RunError", "SynthesisLengthError", "SynthesisResult",
            "Synthesizer", "TextPiece", "TextTooLongError", "latest_checkpoint", "load_model_from_checkpoint",
-           "load_model_from_run", "save_run", "split_text", "write_results"]
+           "load_model_from_run", "save_run", "split_text", "write_numbered_wavs"]

@@ -30,7 +30,7 @@ import tensorflow as tf
 from myxtts.diagnostics.tf_warning import first_trace_expected
 from myxtts.model.durations import durations_from_log
 
-MEL_BUCKET_MULTIPLE = 128  # frames; coarser than evaluation's TEACHER_FORCED_FRAME_MULTIPLE: every bucket is warmed up
+MEL_BUCKET_MULTIPLE = 128  # frames; coarser than TEACHER_FORCED_FRAME_MULTIPLE: every bucket is warmed up
 
 
 class SynthesisLengthError(ValueError):
@@ -46,7 +46,7 @@ class CompiledDecoder:
     """Builds and caches the compiled duration and decode functions of a ``TTSModel``."""
 
     def __init__(self, model, max_text_length: int, max_mel_frames: int, reference_frames: int,
-                 length_scale: float = 1.0) -> None:
+                 length_scale: float = 1.0, truncate: bool = False) -> None:
         if length_scale <= 0:
             raise ValueError(f"length_scale must be > 0 (speed = 1 / length_scale), got {length_scale}.")
         self.model = model
@@ -58,7 +58,7 @@ class CompiledDecoder:
         self.buckets = mel_buckets(max_mel_frames)
         # True: a batch predicted longer than the largest bucket is decoded in it, cut at its end, instead of raising
         # (the trainer's listening: an early duration predictor asks for far too many frames)
-        self.truncate = False
+        self.truncate = truncate
         self.num_latents = model.dims.num_speaker_latents
         self.latents_functions: dict[int, Callable] = {}
         self.duration_functions: dict[tuple[int, int], Callable] = {}

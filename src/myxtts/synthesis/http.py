@@ -5,8 +5,9 @@
            little-endian, at the model's sample rate, also in the X-Sample-Rate header)
     GET /health -> {"status": "ok", "voices": [...], "compiles_after_warmup": 0, "backlog": {...}, "limits": {...}}
 
-Every refusal is a JSON error in OpenAI's shape (``{"error": {"message", "type", "param", "code"}}``) and never
-reaches the engine: a body over ``max_body_bytes`` (413, from Content-Length or while reading, before parsing), a
+A connection whose request line and headers do not all arrive within ``header_timeout`` is closed
+(``head_deadline_protocol``). Every refusal is a JSON error in OpenAI's shape (``{"error": {"message", "type",
+"param", "code"}}``) and never reaches the engine: a body over ``max_body_bytes`` (413, from Content-Length or while reading, before parsing), a
 body not received within ``body_timeout`` (408), malformed JSON, missing or mistyped fields, empty input, input over
 ``max_characters`` or ``max_pieces`` (400), an unknown voice or format, a speed out of range, text the model cannot
 say (400), too many requests in flight or pieces queued (429 with Retry-After; ``server_limits.py``).
@@ -159,7 +160,8 @@ def create_app(engine: SpeechEngine) -> Any:
         return {"status": "ok", "voices": sorted(engine.voices), "sample_rate": engine.synthesizer.sample_rate,
                 "batch_size": engine.batch_size, "compiles_after_warmup": engine.compiles_after_warmup(),
                 "queued_pieces": engine.queued(), "backlog": engine.backlog(), "pieces_served": engine.served,
-                "pieces_dropped": engine.dropped, "pieces_cut": engine.cut,
+                "pieces_dropped": engine.dropped, "pieces_vocoded_after_cancel": engine.vocoded_after_cancel,
+                "pieces_cut": engine.cut,
                 "max_characters": limits.max_characters, "limits": limits.as_dict()}
 
     def too_large(size: str) -> Any:
@@ -212,6 +214,67 @@ def create_app(engine: SpeechEngine) -> Any:
     return app
 
 
+def head_deadline_protocol(header_timeout: float) -> type:
+    """uvicorn's h11 protocol with a deadline on each request's head (``ServerLimits.header_timeout``).
+
+    uvicorn has no timeout covering a request's arrival: its keep-alive timer only runs between requests and is
+    reset by every byte received, so a client sending its headers one byte a second holds a connection for as long
+    as it likes (slowloris). The deadline starts when the connection opens and again when a response ends; the
+    complete head (h11's ``Request`` event, which starts a request-response cycle) disarms it; the body has its own
+    limit (``body_timeout``, in ``create_app``)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeadDeadlineProtocol(H11Protocol):
+        head_deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self.arm_head_deadline()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self.arm_head_deadline()
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if not self.waiting_for_head():
+                self.disarm_head_deadline()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self.disarm_head_deadline()
+            super().connection_lost(exc)
+
+        def waiting_for_head(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
+        def arm_head_deadline(self) -> None:
+            self.disarm_head_deadline()
+            self.head_deadline = self.loop.call_later(header_timeout, self.head_expired)
+
+        def disarm_head_deadline(self) -> None:
+            if self.head_deadline is not None:
+                self.head_deadline.cancel()
+                self.head_deadline = None
+
+        def head_expired(self) -> None:
+            self.head_deadline = None
+            if self.waiting_for_head() and not self.transport.is_closing():
+                LOG.warning("closed a connection from %s: no complete request head within %s s",
+                            "%s:%d" % self.client if self.client else "?", header_timeout)
+                self.transport.close()
+
+    return HeadDeadlineProtocol
+
+
+def uvicorn_config(engine: SpeechEngine, host: str, port: int, log_level: str = "info", **options: Any):
+    """The uvicorn configuration ``serve`` runs ``create_app(engine)`` with (the tests run the same)."""
+    import uvicorn
+
+    return uvicorn.Config(create_app(engine), host=host, port=port, log_level=log_level,
+                          http=head_deadline_protocol(engine.limits.header_timeout), **options)
+
+
 def serve(engine: SpeechEngine, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
           shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE) -> None:
     """Serve until SIGTERM or Ctrl-C, then shut down within ``shutdown_grace`` seconds (module docstring) and
@@ -257,8 +320,7 @@ def serve(engine: SpeechEngine, host: str = "127.0.0.1", port: int = 8000, log_l
                 cut_open_streams("a second signal")  # only a forced exit leaves any
 
     # uvicorn's own timeout cancels the response tasks a little after the grace period, should one not have ended
-    config = uvicorn.Config(create_app(engine), host=host, port=port, log_level=log_level,
-                            timeout_graceful_shutdown=math.ceil(shutdown_grace) + 5)
+    config = uvicorn_config(engine, host, port, log_level, timeout_graceful_shutdown=math.ceil(shutdown_grace) + 5)
     if not LOG.handlers:  # the request-id lines go where uvicorn's own go, at its level (Config set them up)
         LOG.handlers, LOG.propagate = list(logging.getLogger("uvicorn").handlers), False
         LOG.setLevel(log_level.upper())

@@ -1,5 +1,9 @@
 """The limits that keep ``myxtts serve`` bounded under abuse, each answered in OpenAI's error shape.
 
+    header_timeout          seconds a connection may take to send a request's line and headers (from its opening,
+                            or from the end of its previous response): the connection is closed after that
+                            (uvicorn's own keep-alive timer restarts at every byte, so headers sent one byte a second
+                            would hold a connection for ever)
     max_body_bytes          a request body larger than this: 413, decided from Content-Length or while reading,
                             before anything is parsed
     body_timeout            seconds a client may take to send its whole body: 408 after that
@@ -24,6 +28,7 @@ class ServerLimits:
     # 4096 characters, each at most 12 bytes of JSON escapes (a surrogate pair), fit in 48 KB; 64 KB leaves room
     # for the other fields
     max_body_bytes: int = 65536
+    header_timeout: float = 10.0
     body_timeout: float = 10.0
     max_characters: int = 4096
     max_pieces: int = 128
@@ -36,7 +41,7 @@ class ServerLimits:
                      "max_queued_pieces"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"Server limit {name} must be a positive whole number, got {getattr(self, name)!r}.")
-        for name in ("body_timeout", "send_timeout"):
+        for name in ("header_timeout", "body_timeout", "send_timeout"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ValueError(f"Server limit {name} must be a positive number of seconds, got {value!r}.")

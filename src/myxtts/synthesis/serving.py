@@ -1,9 +1,9 @@
 """The serving engine: many requests' sentences batched into the synthesizer's compiled calls, streamed in order.
 
-A request's text is split into pieces (``Synthesizer.split``) and its pieces join one queue shared by all requests.
+A request's text is split into pieces (``Synthesizer._split``) and its pieces join one queue shared by all requests.
 One engine thread owns the decoder: it takes up to ``batch_size`` queued pieces (whoever they belong to, each with
 its own voice and speed) in priority order (``_priority``), decodes them in one compiled call per bucket
-(``decode_tokens``: every function was traced at start-up by ``warm_up_all``) and puts each piece's mel on the
+(``_decode_tokens``: every function was traced at start-up by ``warm_up``) and puts each piece's mel on the
 vocoder queue, which ``vocoder_threads`` threads take in the same priority order (TF ops release the GIL: the next
 batch decodes while the last is vocoded, on the other core); each delivers its audio to its request's stream
 (``speech_stream.py``: the stream yields pieces in order, each followed by its pause, as 16-bit PCM).
@@ -118,7 +118,7 @@ class SpeechEngine:
         self.synthesizer, self.batch_size, self.limits = synthesizer, batch_size, limits or ServerLimits()
         # a piece predicted past data.max_mel_frames is cut there: one such piece must not fail the other
         # requests that share its batch (pieces are sized to fit, so this is rare)
-        synthesizer.decoder.truncate = True
+        synthesizer.truncate_long = True
         self.voices = {}
         for name, clip in voices.items():
             self.voices[name] = Voice(name, synthesizer.voice(clip))  # AudioError naming the clip
@@ -134,12 +134,15 @@ class SpeechEngine:
         self._wake = threading.Condition()  # guards all of the above; notified on every change a thread waits for
         self._closed = False
         started = time.perf_counter()
-        synthesizer.warm_up_all(batch_size)
+        synthesizer.warm_up(batch_size=batch_size)
         self.vocode(np.zeros([2, synthesizer.cfg.audio.n_mels], np.float32))  # the vocoder's one graph too
         self.warmup_seconds = time.perf_counter() - started
         self.compiles_at_warmup = self.compiles()
         self.served = 0  # pieces decoded
         self.dropped = 0  # pieces of cancelled requests dropped before being vocoded (at any stage)
+        # pieces whose vocoding was under way when their request was cancelled: the work a departure still costs
+        # (at most one per vocoder thread per departure)
+        self.vocoded_after_cancel = 0
         self.cut = 0  # pieces predicted longer than data.max_mel_frames, served cut at it
         self.vocoder_threads = vocoder_threads
         self._threads = [threading.Thread(target=self._run, name="myxtts-speech-engine", daemon=True)]
@@ -175,8 +178,8 @@ class SpeechEngine:
         scale = 1.0 / speed
         with self._text_lock:
             try:
-                pieces = self.synthesizer.split(text, length_scale=scale)
-                tokens = [np.asarray(t, np.int32) for t in self.synthesizer.encode([p.text for p in pieces])]
+                pieces = self.synthesizer._split(text, length_scale=scale)
+                tokens = [np.asarray(t, np.int32) for t in self.synthesizer._encode([p.text for p in pieces])]
             except (TextError, UnsplittableTextError, TextTooLongError) as err:
                 raise SpeechRequestError(f"The input cannot be spoken: {err}", "input") from None
         if len(pieces) > self.limits.max_pieces:
@@ -272,7 +275,7 @@ class SpeechEngine:
         while (batch := self._take()) is not None:
             started = time.perf_counter()
             try:
-                results = self.synthesizer.decode_tokens(
+                results = self.synthesizer._decode_tokens(
                     [piece.tokens for piece in batch], [piece.voice.latents for piece in batch],
                     batch_size=self.batch_size, length_scales=[piece.scale for piece in batch])
             except Exception as err:  # noqa: BLE001  one bad batch fails its requests, never the engine
@@ -319,5 +322,6 @@ class SpeechEngine:
                 with self._wake:
                     self._vocoding_now -= 1
                     piece.stream.vocoded += vocoded
+                    self.vocoded_after_cancel += vocoded and piece.stream.cancelled
                     self._vocode_seconds = 0.9 * self._vocode_seconds + 0.1 * (time.perf_counter() - started)
                     self._wake.notify_all()

@@ -1,10 +1,22 @@
 """Synthesizer: text + a reference voice clip -> waveform, through the compiled decoder and a vocoder.
 
+The public surface is two entries and what they need:
+
+- ``synthesize(texts, reference)``: a batch of texts, each short enough for one compiled call, one result each
+  (waveform, mel, alignment, durations); ``voices=`` gives each text its own voice, ``vocode=False`` stops at the mel;
+- ``synthesize_long(texts, reference)``: texts of any length (a sentence, a chapter, several documents), each split
+  into pieces that share the batches, and joined again with the pauses the punctuation asks for;
+- ``from_run`` / ``from_checkpoint`` to build one, ``voice`` for a speaker's latents, ``warm_up``,
+  ``tracing_count`` and ``describe``.
+
+The server's engine (``synthesis.serving``) batches pieces of many requests itself, so it uses the token-level
+steps below them (``_split``, ``_encode``, ``_decode_tokens``); so does the trainer's listener, which holds tokens
+and reference mels from the feature cache. They are private: their signatures follow those two users.
+
 The model reads and writes normalised log mels (``myxtts.data.mel_stats``: per-bin ``(log_mel - mean) / std``
-of the training data, the run's ``mel_stats.json``). ``reference_mel`` returns the normalised conditioning mel of
-one clip; ``voice`` turns one or several clips of a speaker into the conditioning encoder's latents, averaged over
-the clips (what ``decode_tokens`` takes per item); ``SynthesisResult.mel`` is the denormalised, real log mel (what
-the vocoder, the plots and the metrics take).
+of the training data, the run's ``mel_stats.json``). ``voice`` turns one or several clips of a speaker into the
+conditioning encoder's latents, averaged over the clips; ``SynthesisResult.mel`` is the denormalised, real log mel
+(what the vocoder, the plots and the metrics take).
 """
 
 from __future__ import annotations
@@ -20,7 +32,7 @@ import numpy as np
 from myxtts.audio import MelFrontend, load_audio
 from myxtts.config import Config
 from myxtts.data.language import run_text_processor
-from myxtts.data.mel_stats import MelStats
+from myxtts.data.mel_stats import MelStats, reference_crop
 from myxtts.model import TTSModel
 from myxtts.synthesis.decoding import CompiledDecoder
 from myxtts.synthesis.lengths import LengthPolicy
@@ -56,10 +68,10 @@ class SynthesisResult:
 
 
 class Synthesizer:
-    """``Synthesizer.from_run(run_dir).synthesize(text, reference) -> waveform`` (float32, cfg sample rate).
+    """``Synthesizer.from_run(run_dir).synthesize(["Hello."], "ref.wav")[0].waveform`` (float32, cfg sample rate).
 
     The decoder is compiled once per (batch size, text bucket) and reused; ``tracing_count()`` reports
-    how many graphs were traced so far. ``last_results`` keeps the mel / alignment of the last call.
+    how many graphs were traced so far.
     """
 
     def __init__(self, cfg: Config, model: TTSModel, vocabulary: Vocabulary, vocoder: Vocoder | None = None,
@@ -88,9 +100,7 @@ class Synthesizer:
         # both decoders take their length from the predicted durations: one duration function per text bucket,
         # one decode function per mel bucket (the autoregressive one runs its steps inside it)
         self.decoder = CompiledDecoder(model, cfg.data.max_text_length, cfg.data.max_mel_frames,
-                                               cfg.data.reference_frames, length_scale)
-        self.decoder.truncate = truncate_long
-        self.last_results: list[SynthesisResult] = []
+                                       cfg.data.reference_frames, length_scale, truncate=truncate_long)
         self.checkpoint: str | None = None
 
     # ---- construction ---------------------------------------------------------------------------
@@ -110,8 +120,92 @@ class Synthesizer:
         synthesizer.checkpoint = str(checkpoint)
         return synthesizer
 
-    # ---- inputs ---------------------------------------------------------------------------------
-    def reference_mel(self, reference: Reference) -> tuple[np.ndarray, int]:
+    @property
+    def truncate_long(self) -> bool:
+        """True: speech predicted past ``data.max_mel_frames`` is cut there (``ended_by`` "maximum length")."""
+        return self.decoder.truncate
+
+    @truncate_long.setter
+    def truncate_long(self, value: bool) -> None:
+        self.decoder.truncate = bool(value)
+
+    # ---- the public entries -----------------------------------------------------------------------
+    def synthesize(self, texts: "str | Sequence[str]", reference: "References | None" = None, *,
+                   voices: Sequence[np.ndarray] | None = None, batch_size: int | None = None,
+                   vocode: bool = True) -> list[SynthesisResult]:
+        """A batch of texts (a str is one text) -> one ``SynthesisResult`` each, in order: waveform (unless
+        ``vocode`` is False), mel, alignment and durations.
+
+        The voice: ``reference`` (one clip, or several of one speaker: see ``voice``) for every text, or
+        ``voices``, one speaker's latents (``voice``'s result) per text. Each text must fit one compiled call
+        (``TextTooLongError`` otherwise: ``synthesize_long`` splits any length). Texts are decoded in batches of
+        ``batch_size`` (default: the synthesizer's), sorted by length so each batch takes the smallest text bucket
+        that holds it; no call after ``warm_up`` traces a graph."""
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        if not texts:
+            raise ValueError("No text to synthesize.")
+        if (reference is None) == (voices is None):
+            raise ValueError("Give the voice either as reference clip(s) or as voices (one per text), not both "
+                             "and not neither.")
+        if voices is not None and len(voices) != len(texts):
+            raise ValueError(f"{len(voices)} voices for {len(texts)} texts: give one per text.")
+        token_lists = self._encode(texts)
+        if voices is None:
+            voices = [self.voice(reference)] * len(texts)
+        results = self._decode_tokens(token_lists, list(voices), batch_size=batch_size, texts=texts)
+        if vocode:
+            for result in results:
+                self._vocode(result)
+        return results
+
+    def synthesize_long(self, texts: "str | Sequence[str]", reference: References,
+                        batch_size: int | None = None) -> list["LongSynthesis"]:
+        """Texts of any length (a str is one text) -> one ``LongSynthesis`` each: every text is split into pieces
+        that each fit one compiled call (``synthesis.text_split``), the pieces of all texts share the batches
+        (sorted by length; no new trace), and each text's pieces are joined in order with the pause each ends
+        with. A piece the model cannot say is a ``TextError`` naming it (see ``_split``), never dropped."""
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        split = [self._split(text) for text in texts]
+        flat = [piece.text for pieces in split for piece in pieces]
+        results = iter(self.synthesize(flat, reference, batch_size=batch_size))
+        documents = []
+        for pieces in split:
+            mine = [next(results) for _ in pieces]
+            parts = []
+            for piece, result in zip(pieces, mine):
+                parts.append(result.waveform)
+                parts.append(np.zeros([int(round(piece.pause_after * self.sample_rate))], np.float32))
+            documents.append(LongSynthesis(np.concatenate(parts).astype(np.float32), pieces, mine))
+        return documents
+
+    def voice(self, references: References) -> np.ndarray:
+        """One reference clip or several of the same speaker -> the voice: the conditioning encoder's latents
+        ``[K, d]``, averaged over the clips (each clip's middle ``data.reference_frames`` frames; several clips
+        give the encoder more of the voice than one crop holds). ``synthesize(..., voices=...)`` takes them."""
+        clips = list(references) if isinstance(references, (list, tuple)) else [references]
+        if not clips:
+            raise ValueError("No reference clip: pass at least one.")
+        mels = [self._reference_mel(clip) for clip in clips]
+        return self._latents_of([mel for mel, _ in mels], [length for _, length in mels]).mean(axis=0)
+
+    def warm_up(self, num_tokens: int | None = None, batch_size: int | None = None) -> None:
+        """Trace and run once the compiled functions synthesis can use, so no later call traces and timings
+        measure decoding: the latents function, every mel bucket's decode function, and the duration function of
+        every text bucket (``num_tokens``: only the bucket that holds that many tokens)."""
+        buckets = (self.lengths.text_buckets() if num_tokens is None else [self.lengths.text_bucket(num_tokens)])
+        self.decoder.warm_up(batch_size or self.batch_size, buckets)
+
+    def tracing_count(self) -> int:
+        """Graphs traced by the compiled decoder so far (one per (batch size, text bucket) used)."""
+        return self.decoder.tracing_count()
+
+    def describe(self) -> dict:
+        return {"checkpoint": self.checkpoint, "sample_rate": self.sample_rate,
+                "reference_frames": self.cfg.data.reference_frames, "lengths": self.lengths.to_dict(),
+                "compiled_shapes": [list(key) for key in self.decoder.functions]}
+
+    # ---- the steps below them (the server's engine and the trainer's listener use these) ----------------
+    def _reference_mel(self, reference: Reference) -> tuple[np.ndarray, int]:
         """A reference clip (path in any format, or a waveform at the configured rate) -> the normalised
         conditioning mel ``[data.reference_frames, n_mels]`` (centre crop, or zero padding after normalising, as
         the pipeline) and its true length."""
@@ -122,43 +216,25 @@ class Synthesizer:
             if waveform.ndim != 1 or waveform.size == 0 or not np.all(np.isfinite(waveform)):
                 raise ValueError("A reference waveform must be a non-empty finite 1-D float array at "
                                  f"audio.sample_rate ({self.sample_rate} Hz).")
-        mel = self.mel_stats.normalize(self.frontend(waveform).numpy())  # [frames, n_mels] float32
-        frames = self.cfg.data.reference_frames
-        if mel.shape[0] >= frames:
-            start = (mel.shape[0] - frames) // 2  # the middle: away from leading / trailing silence
-            return mel[start:start + frames].astype(np.float32), frames
-        padded = np.zeros([frames, mel.shape[1]], np.float32)
-        padded[: mel.shape[0]] = mel
-        return padded, int(mel.shape[0])
+        return reference_crop(self.frontend(waveform).numpy(), self.cfg.data.reference_frames, self.mel_stats)
 
-    def voice(self, references: References) -> np.ndarray:
-        """One reference clip or several of the same speaker -> the voice: the conditioning encoder's latents
-        ``[K, d]``, averaged over the clips (each clip's middle ``data.reference_frames`` frames; several clips
-        give the encoder more of the voice than one crop holds)."""
-        clips = list(references) if isinstance(references, (list, tuple)) else [references]
-        if not clips:
-            raise ValueError("No reference clip: pass at least one.")
-        mels = [self.reference_mel(clip) for clip in clips]
-        return self.latents_of([mel for mel, _ in mels], [length for _, length in mels]).mean(axis=0)
-
-    def latents_of(self, reference_mels: Sequence[np.ndarray], reference_lengths: Sequence[int]) -> np.ndarray:
+    def _latents_of(self, reference_mels: Sequence[np.ndarray], reference_lengths: Sequence[int]) -> np.ndarray:
         """Normalised reference mels (``reference_mel``) -> one voice each, latents ``[R, K, d]``."""
         return self.decoder.latents(np.stack(reference_mels), np.asarray(reference_lengths, np.int32),
                                     self.batch_size)
 
-    def encode(self, texts: Sequence[str]) -> list[np.ndarray]:
+    def _encode(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Texts -> token arrays (raises TextError for empty text / no known characters, TextTooLongError)."""
         encoded = [np.asarray(ids, np.int32) for ids in self.text_processor.encode_many(list(texts))]
         for ids in encoded:
             self.lengths.text_bucket(len(ids))  # fail before any decoding
         return encoded
 
-    # ---- decoding -------------------------------------------------------------------------------
-    def decode_tokens(self, token_lists: Sequence[np.ndarray], voices: Sequence[np.ndarray],
+    def _decode_tokens(self, token_lists: Sequence[np.ndarray], voices: Sequence[np.ndarray],
                       batch_size: int | None = None, texts: Sequence[str] | None = None,
                       length_scales: Sequence[float] | None = None) -> list[SynthesisResult]:
         """Decoding of many token sequences (each with its own voice: latents ``[K, d]``, see ``voice`` and
-        ``latents_of``); no vocoder. The results' ``mel`` is denormalised (a real log mel).
+        ``_latents_of``); no vocoder. The results' ``mel`` is denormalised (a real log mel).
 
         Items are sorted by length and grouped into batches of ``batch_size`` (the last one padded by repeating
         its first item), so each batch uses the smallest text bucket that holds it. ``length_scales``: the
@@ -206,40 +282,14 @@ class Synthesizer:
         outputs["text_bucket"] = bucket
         return outputs, time.perf_counter() - started
 
-    def warm_up_all(self, batch_size: int | None = None) -> None:
-        """Trace and run once every compiled function synthesis can use (the latents function, every text bucket's
-        duration function and every mel bucket's decode function), so no later call traces."""
-        self.decoder.warm_up(batch_size or self.batch_size, self.lengths.text_buckets())
-
-    def warm_up(self, num_tokens: int, batch_size: int | None = None) -> None:
-        """Compile and run once the duration function of the bucket holding ``num_tokens`` and every decode
-        function, so timings that follow measure decoding, not tracing / graph optimisation."""
-        self.decoder.warm_up(batch_size or self.batch_size, [self.lengths.text_bucket(num_tokens)])
-
-    def vocode(self, result: SynthesisResult) -> np.ndarray:
+    def _vocode(self, result: SynthesisResult) -> np.ndarray:
         started = time.perf_counter()
         waveform = np.asarray(self.vocoder(result.mel), dtype=np.float32)  # [samples]
         result.vocoder_seconds = time.perf_counter() - started
         result.waveform = waveform
         return waveform
 
-    # ---- public API -----------------------------------------------------------------------------
-    def synthesize_detailed(self, texts: Sequence[str], reference: References,
-                            batch_size: int | None = None) -> list[SynthesisResult]:
-        """Texts + one voice (one reference clip, or several: ``voice``) -> results with waveform, mel, alignment
-        and durations."""
-        texts = list(texts)
-        if not texts:
-            raise ValueError("No text to synthesize.")
-        token_lists = self.encode(texts)
-        voice = self.voice(reference)
-        results = self.decode_tokens(token_lists, [voice] * len(texts), batch_size=batch_size, texts=texts)
-        for result in results:
-            self.vocode(result)
-        self.last_results = results
-        return results
-
-    def split(self, text: str, length_scale: float | None = None) -> list[TextPiece]:
+    def _split(self, text: str, length_scale: float | None = None) -> list[TextPiece]:
         """``text`` (a sentence, a paragraph, a chapter) as pieces that each fit one compiled call
         (``synthesis.text_split``) at ``length_scale`` (default: the synthesizer's). Pieces of punctuation alone
         (a lone "...") are left out; any other piece that cannot be encoded (words in a script the vocabulary does
@@ -270,60 +320,19 @@ class Synthesizer:
             self.text_processor.encode(text)  # raises the TextError that says why
         return pieces
 
-    def synthesize_long(self, text: str, reference: References,
-                        batch_size: int | None = None) -> "LongSynthesis":
-        """Any length of text -> one waveform: split into pieces (``split``), the pieces decoded in batches
-        (sorted by length, so each batch takes the smallest bucket that holds it; no new trace), then joined in
-        order with the pause each piece ends with."""
-        return self.synthesize_documents([text], reference, batch_size)[0]
-
-    def synthesize_documents(self, texts: Sequence[str], reference: References,
-                             batch_size: int | None = None) -> list["LongSynthesis"]:
-        """``synthesize_long`` for several texts at once: the pieces of all of them share the batches."""
-        split = [self.split(text) for text in texts]
-        flat = [piece.text for pieces in split for piece in pieces]
-        results = iter(self.synthesize_detailed(flat, reference, batch_size))
-        documents = []
-        for pieces in split:
-            mine = [next(results) for _ in pieces]
-            parts = []
-            for piece, result in zip(pieces, mine):
-                parts.append(result.waveform)
-                parts.append(np.zeros([int(round(piece.pause_after * self.sample_rate))], np.float32))
-            documents.append(LongSynthesis(np.concatenate(parts).astype(np.float32), pieces, mine))
-        return documents
-
-    def synthesize(self, text: str, reference: References) -> np.ndarray:
-        """Waveform ``[samples]`` float32 at audio.sample_rate; ``last_results[0]`` holds mel and alignment."""
-        return self.synthesize_detailed([text], reference, batch_size=1)[0].waveform
-
-    def synthesize_batch(self, texts: Sequence[str], reference: References,
-                         batch_size: int | None = None) -> list[np.ndarray]:
-        return [result.waveform for result in self.synthesize_detailed(texts, reference, batch_size)]
-
-    def tracing_count(self) -> int:
-        """Graphs traced by the compiled decoder so far (one per (batch size, text bucket) used)."""
-        return self.decoder.tracing_count()
-
-    def describe(self) -> dict:
-        return {"checkpoint": self.checkpoint, "sample_rate": self.sample_rate,
-                "reference_frames": self.cfg.data.reference_frames, "lengths": self.lengths.to_dict(),
-                "compiled_shapes": [list(key) for key in self.decoder.functions]}
-
-
 @dataclass
 class LongSynthesis:
-    """``Synthesizer.synthesize_long``'s result: the joined waveform and what made it."""
+    """One text of ``Synthesizer.synthesize_long``: the joined waveform and what made it."""
 
     waveform: np.ndarray  # [samples] float32: every piece, and the pause after it, in order
     pieces: list[TextPiece]
     results: list[SynthesisResult]  # one per piece, in order
 
 
-def write_results(results: Sequence[SynthesisResult], out_dir: str | os.PathLike, sample_rate: int) -> list[Path]:
-    """Write ``001.wav``, ``002.wav``, ... (16-bit PCM) for many results."""
+def write_numbered_wavs(waveforms: Sequence[np.ndarray], out_dir: str | os.PathLike, sample_rate: int) -> list[Path]:
+    """Write ``001.wav``, ``002.wav``, ... (16-bit PCM; more digits past 999) in ``out_dir``, in order."""
     from myxtts.vocoder import write_wav
 
-    width = max(3, len(str(len(results))))
-    return [write_wav(Path(out_dir) / f"{index + 1:0{width}d}.wav", result.waveform, sample_rate)
-            for index, result in enumerate(results)]
+    width = max(3, len(str(len(waveforms))))
+    return [write_wav(Path(out_dir) / f"{index + 1:0{width}d}.wav", waveform, sample_rate)
+            for index, waveform in enumerate(waveforms)]

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
+from myxtts.data.mel_stats import reference_crop
 from myxtts.training.reporting import MetricsLog, _to_image
 
 
@@ -44,17 +45,6 @@ def reference_row(row: int, speaker_ids: np.ndarray) -> int:
     others = np.flatnonzero((speaker_ids == speaker_ids[row]) & (np.arange(len(speaker_ids)) != row))
     later = others[others > row]
     return int(later[0]) if later.size else int(others[0]) if others.size else row
-
-
-def crop_reference(log_mel: np.ndarray, frames: int, mel_stats) -> tuple[np.ndarray, int]:
-    """A raw log mel -> the normalised conditioning mel (centre crop, or zero padding after normalising)."""
-    mel = mel_stats.normalize(np.asarray(log_mel, np.float32))
-    if mel.shape[0] >= frames:
-        start = (mel.shape[0] - frames) // 2
-        return mel[start:start + frames].astype(np.float32), frames
-    padded = np.zeros([frames, mel.shape[1]], np.float32)
-    padded[: mel.shape[0]] = mel
-    return padded, int(mel.shape[0])
 
 
 class Listener:
@@ -89,7 +79,7 @@ class Listener:
         sentences = []
         for row in chosen:
             other = reference_row(row, cache.speaker_ids)
-            mel, length = crop_reference(cache.utterance_mel(other), cfg.data.reference_frames, mel_stats)
+            mel, length = reference_crop(cache.utterance_mel(other), cfg.data.reference_frames, mel_stats)
             sentences.append(Sentence(cache.ids[row], cache.utterance_tokens(row).copy(), texts.get(cache.ids[row]),
                                       cache.ids[other], mel, length))
         # an early duration predictor asks for far too many frames: hear the cut output
@@ -128,13 +118,13 @@ class Listener:
         started = time.perf_counter()
         sentences, synthesizer, rate = self.sentences, self.synthesizer, self.cfg.audio.sample_rate
         # the voices again at every validation: the conditioning encoder trains too
-        voices = synthesizer.latents_of([s.reference_mel for s in sentences], [s.reference_length for s in sentences])
-        results = synthesizer.decode_tokens([s.tokens for s in sentences], list(voices), batch_size=len(sentences),
+        voices = synthesizer._latents_of([s.reference_mel for s in sentences], [s.reference_length for s in sentences])
+        results = synthesizer._decode_tokens([s.tokens for s in sentences], list(voices), batch_size=len(sentences),
                                             texts=[s.text or s.id for s in sentences])
         recognizer, record, pairs = listening_measures.recognizer_available(), {"step": step}, []
         with metrics.writer("listening").as_default(step=step):
             for index, (sentence, result) in enumerate(zip(sentences, results)):
-                waveform = synthesizer.vocode(result)
+                waveform = synthesizer._vocode(result)
                 label = f"{sentence.id}: {sentence.text or ''} (voice of {sentence.reference_id})"
                 tf.summary.audio(f"sentence_{index}/audio", waveform[None, :, None], rate, description=label)
                 for kind, matrix in (("mel", result.mel), ("alignment", result.alignment)):

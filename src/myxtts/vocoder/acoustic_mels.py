@@ -30,8 +30,9 @@ def write_acoustic_mels(cfg: Any, acoustic_run: str | Path, out_dir: Path, progr
 
     from myxtts.data.cache import FeatureCache, audio_file, write_utterance
     from myxtts.data.corpus import read_corpus
-    from myxtts.evaluation.evaluate import TeacherForcing, pick_reference
+    from myxtts.evaluation.evaluate import pick_reference
     from myxtts.synthesis import Synthesizer
+    from myxtts.synthesis.teacher_forcing import TeacherForcing
     from myxtts.vocoder.neural import check_audio_match, audio_settings
 
     cache = FeatureCache.load(cfg)
@@ -58,10 +59,8 @@ def write_acoustic_mels(cfg: Any, acoustic_run: str | Path, out_dir: Path, progr
             raise ValueError(f"Clip {cache.ids[row]} of {cache.cache_dir} is not in {cfg.corpus_path} any more: run "
                              "`myxtts prepare` again.")
         mel = cache.utterance_mel(row).astype(np.float32)  # [frames, n_mels] real log mel
-        tokens = synthesizer.encode([entry.text])[0]
-        reference_mel, reference_length = synthesizer.reference_mel(
-            str(cache.cache_dir / audio_file(cache.files[rows[pick_reference(entry, pool).id]])))
-        generated = teacher(tokens, mel, reference_mel, reference_length)["mel_after"]  # [frames', n_mels]
-        write_utterance(out_dir / cache.files[row], np.asarray(tokens, np.int32), generated)
+        reference = cache.cache_dir / audio_file(cache.files[rows[pick_reference(entry, pool).id]])
+        forced = teacher(entry.text, mel, str(reference))  # .mel: [frames', n_mels] real log mel
+        write_utterance(out_dir / cache.files[row], np.asarray(forced.tokens, np.int32), forced.mel)
     (out_dir / SOURCE_FILE).write_text(json.dumps(source, indent=1), encoding="utf-8")
     return out_dir
