@@ -58,11 +58,16 @@ from myxtts.data.cache import FeatureCache
 from myxtts.data.mel_stats import MelStats
 from myxtts.data.sources import CacheSource, WavSource, pick_reference_row, single_clip_rows, speaker_tables
 
+# The pipeline's functions are plain TF ops with no Python control flow on tensors, so tf.data need not run
+# AutoGraph's source conversion on them (and on everything they call) each time a dataset is built.
+graph_only = tf.autograph.experimental.do_not_convert
+
 logger = logging.getLogger(__name__)
 
 BATCH_KEYS = ("tokens", "token_lengths", "mel", "mel_lengths", "reference_mel", "reference_lengths", "speaker_ids")
 
 
+@graph_only
 def bucket_key(element: dict[str, tf.Tensor]) -> tf.Tensor:
     return tf.cast(element["bucket"], tf.int64)
 
@@ -214,6 +219,7 @@ class InputPipeline:
         tables = {k: tf.constant(v, tf.int32) for k, v in self.reference_tables.items()}
         reference_frames = d.reference_frames
 
+        @graph_only
         def parse(row: tf.Tensor) -> dict[str, tf.Tensor]:
             element = s.parse(row)
             element.update(row=row, token_lengths=tf.gather(token_lengths, row),
@@ -221,6 +227,7 @@ class InputPipeline:
                            bucket=tf.gather(row_buckets, row))
             return element
 
+        @graph_only
         def add_reference(position: tf.Tensor, element: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
             seed = tf.stack([tf.constant(d.seed, tf.int64), tf.cast(position, tf.int64) * 2])  # [2]
             other = pick_reference_row(element["row"], seed, tables)
@@ -246,10 +253,11 @@ class InputPipeline:
                                           window_size_func=self._window_size)
         if self.steps_per_execution > 1:  # K consecutive batches of one bucket -> one [K, batch, ...] block
             steps = self.steps_per_execution
-            dataset = dataset.group_by_window(key_func=lambda batch: tf.cast(batch["bucket"][0], tf.int64),
-                                              reduce_func=lambda _, window: window.batch(steps, drop_remainder=True),
-                                              window_size=steps)
-        dataset = dataset.map(lambda batch: {key: batch[key] for key in BATCH_KEYS}, num_parallel_calls=parallel)
+            dataset = dataset.group_by_window(
+                key_func=graph_only(lambda batch: tf.cast(batch["bucket"][0], tf.int64)),
+                reduce_func=graph_only(lambda _, window: window.batch(steps, drop_remainder=True)), window_size=steps)
+        dataset = dataset.map(graph_only(lambda batch: {key: batch[key] for key in BATCH_KEYS}),
+                              num_parallel_calls=parallel)
         if d.service_address:  # everything above runs on the tf.data service workers (myxtts.data.service)
             from myxtts.data.service import distribute
 
@@ -261,9 +269,11 @@ class InputPipeline:
         """Whether an iterator of ``dataset()`` can be saved in a checkpoint (not through a tf.data service)."""
         return not self.cfg.data.service_address
 
+    @graph_only
     def _window_size(self, key: tf.Tensor) -> tf.Tensor:
         return tf.gather(tf.constant([b.batch_size for b in self.plan.buckets], tf.int64), key)
 
+    @graph_only
     def _batch_bucket(self, key: tf.Tensor, window: tf.data.Dataset) -> tf.data.Dataset:
         """Pad one bucket's window to the bucket shape (text_length, mel_frames) with drop_remainder."""
         buckets = self.plan.buckets

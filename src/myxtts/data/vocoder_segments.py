@@ -88,8 +88,8 @@ class VocoderSegments:
         paths = tf.data.Dataset.from_tensor_slices((self.utterance_paths, self.audio_paths))
         paths = paths.shuffle(len(self.rows), seed=self.seed, reshuffle_each_iteration=True).repeat()
         offsets = tf.data.Dataset.random(seed=self.seed)  # one int64 per example: its segment's offset
-        examples = tf.data.Dataset.zip((paths, offsets)).map(
-            lambda pair, seed: self._parse(pair[0], pair[1], seed), num_parallel_calls=tf.data.AUTOTUNE)
+        parse = tf.autograph.experimental.do_not_convert(lambda pair, seed: self._parse(pair[0], pair[1], seed))
+        examples = tf.data.Dataset.zip((paths, offsets)).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
         return examples.batch(self.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
