@@ -8,7 +8,8 @@ speech-like length and both decoders make the same number of frames):
 - compiled: ``Synthesizer.synthesize(..., vocode=False)`` (a duration function per text bucket, a decode function
   per mel bucket: the parallel decoder's one pass over the expanded text, the autoregressive decoder's step loop
   inside; all warmed up before timing). ``--rounds`` rounds, each decoding every text with every decoder in turn
-  (the decoders see about the same load); per decoder the median and min-max over rounds, and the decoders' ratio paired by round;
+  (the decoders see about the same load); per decoder the median and min-max over rounds, and the decoders' ratio
+  paired by round;
 - baseline (autoregressive): a Python loop calling the teacher-forced decoder once per step on the whole prefix,
   eager, no cache: step s re-runs all s previous positions. Once, after the rounds.
 

@@ -7,10 +7,11 @@
 
 A connection whose request line and headers do not all arrive within ``header_timeout`` is closed
 (``head_deadline_protocol``). Every refusal is a JSON error in OpenAI's shape (``{"error": {"message", "type",
-"param", "code"}}``) and never reaches the engine: a body over ``max_body_bytes`` (413, from Content-Length or while reading, before parsing), a
-body not received within ``body_timeout`` (408), malformed JSON, missing or mistyped fields, empty input, input over
-``max_characters`` or ``max_pieces`` (400), an unknown voice or format, a speed out of range, text the model cannot
-say (400), too many requests in flight or pieces queued (429 with Retry-After; ``server_limits.py``).
+"param", "code"}}``) and never reaches the engine: a body over ``max_body_bytes`` (413, from Content-Length or
+while reading, before parsing), a body not received within ``body_timeout`` (408), malformed JSON, missing or
+mistyped fields, empty input, input over ``max_characters`` or ``max_pieces`` (400), an unknown voice or format, a
+speed out of range, text the model cannot say (400), too many requests in flight or pieces queued (429 with
+Retry-After; ``server_limits.py``).
 
 The audio is sent by ``AudioResponse``: it awaits each piece on the event loop (no worker thread is held while a
 stream waits), gives each send ``send_timeout`` seconds (a client that stops reading is dropped) and watches for
