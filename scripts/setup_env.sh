@@ -17,7 +17,7 @@ if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
   TARGET="$ROOT${EXTRAS:+[$EXTRAS]}"
   # --compile-bytecode: every process the tests and the demo start imports TensorFlow and Keras; without .pyc files
   # (uv writes none by default, and PYTHONDONTWRITEBYTECODE keeps Python from writing them) each one compiles
-  # thousands of modules from source again, ~10 s of CPU per process (docs/benchmarks.md, "Test suite")
+  # thousands of modules from source again (docs/benchmarks.md, "Test time")
   if ! { [ -x "$ROOT/.venv/bin/uv" ] && "$ROOT/.venv/bin/uv" pip install --python "$ROOT/.venv/bin/python" -q \
            --compile-bytecode -e "$TARGET"; }; then
     [ -x "$ROOT/.venv/bin/uv" ] && echo "[setup] uv failed: installing with pip"

@@ -13,8 +13,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import myxtts  # noqa: E402,F401  (first: records the environment TF reads at import, runtime.py)
 
 # Each pytest worker traces hundreds of graphs: Python's full (generation-2) collections then walk a heap of millions
-# of objects, ~5% of a worker's time (measured with gc.callbacks). Objects alive now (the imports) are never garbage:
-# keep them out of every collection, and collect the oldest generation a tenth as often.
+# of objects (docs/benchmarks.md, "Test time"). Objects alive now (the imports) are never garbage: keep them out of
+# every collection, and collect the oldest generation a tenth as often.
 gc.freeze()
 gc.set_threshold(700, 10, 100)
 
