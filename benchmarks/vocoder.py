@@ -7,7 +7,8 @@ naturalness with ``--nisqa``, pocketsphinx CER, Resemblyzer similarity). The rec
 so every figure has its ceiling beside it. ``--curve RUN`` adds one system per checkpoint of a vocoder run (and of
 ``--snapshots DIR``, copies of older ones), with its training minutes: quality against training time. The real-time
 factor (vocoding seconds / audio seconds, 2 cores) is measured in ``--rounds`` alternated rounds, paired per round
-with Griffin-Lim's (32 iterations).
+with Griffin-Lim's (32 iterations). ``--acoustic-run RUN``: the held-out sentences said by RUN through every system,
+free-running and teacher-forced on the recordings (the model's spectrum with the speaker's timing).
 
 Run: ``.venv/bin/python benchmarks/vocoder.py --corpus ../shared/data/ljspeech-mini --nisqa ../shared/judges/nisqa
 --vocoder vocos=pretrained/vocoder-vocos-ljspeech --json docs/benchmarks/vocoder.json``. The recipe's training data
@@ -105,26 +106,37 @@ def judge(waves: list[np.ndarray], recordings: list[np.ndarray], texts: list[str
     return {**means, "per_clip": per_clip}
 
 
-def end_to_end(args, systems: dict, clips: list[tuple[str, str]], recordings: list[np.ndarray], rate: int) -> dict:
+def end_to_end(args, systems: dict, clips: list[tuple[str, str]], mels: list[np.ndarray],
+               recordings: list[np.ndarray], rate: int) -> dict:
     """The held-out sentences said by ``--acoustic-run`` (reference: the corpus' first clip, a training clip of the
-    same voice), each mel through every system: what a listener of ``synthesize --vocoder`` hears."""
+    same voice), each mel through every system: what a listener of ``synthesize --vocoder`` hears. And the same
+    model teacher-forced on each recording's mel (its aligner's durations, the recording's frames): the model's
+    spectrum with the speaker's own timing, so the gap to the recordings splits into the vocoder's part
+    (resynthesis), the acoustic model's spectrum (teacher-forced) and its timing and prosody (free-running)."""
     from myxtts.synthesis import Synthesizer
+    from myxtts.synthesis.teacher_forcing import TeacherForcing
     from myxtts.vocoder.neural import check_audio_match
 
     synthesizer = Synthesizer.from_run(args.acoustic_run, truncate_long=True)
     first = (args.corpus / "metadata.csv").read_text(encoding="utf-8").split("|", 1)[0]
-    voice = synthesizer.voice(str(args.corpus / "wavs" / f"{first}.wav"))
+    reference = str(args.corpus / "wavs" / f"{first}.wav")
+    voice = synthesizer.voice(reference)
     texts = [text for _, text in clips]
-    results = synthesizer.synthesize(texts, voices=[voice] * len(texts), vocode=False)
-    report = {"acoustic_run": str(args.acoustic_run), "checkpoint": synthesizer.checkpoint, "systems": {}}
+    free_running = [result.mel for result in synthesizer.synthesize(texts, voices=[voice] * len(texts), vocode=False)]
+    teacher = TeacherForcing(synthesizer)
+    teacher_forced = [teacher(text, mel, reference).mel for text, mel in zip(texts, mels)]
+    report = {"acoustic_run": str(args.acoustic_run), "checkpoint": synthesizer.checkpoint, "systems": {},
+              "teacher_forced": {}}
     light = argparse.Namespace(**{**vars(args), "no_pitch": True})
     for name, system in systems.items():
         if hasattr(system, "audio"):
             check_audio_match(name, system.audio, args.acoustic_run, synthesizer.cfg.audio)
-        waves = [np.asarray(system(result.mel), np.float32) for result in results]
-        judged = judge(waves, recordings, texts, rate, light, reference_free=True)
-        report["systems"][name] = judged
-        print(f"end to end, {name}: {summary_line(judged)}", flush=True)
+        for kind, outputs in (("systems", free_running), ("teacher_forced", teacher_forced)):
+            waves = [np.asarray(system(mel), np.float32) for mel in outputs]
+            judged = judge(waves, recordings, texts, rate, light, reference_free=True)
+            report[kind][name] = judged
+            label = "end to end" if kind == "systems" else "teacher-forced"
+            print(f"{label}, {name}: {summary_line(judged)}", flush=True)
     return report
 
 
@@ -151,7 +163,8 @@ def plot(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     curve = [s for s in report["systems"].values() if s.get("trained_minutes") is not None]
-    keys = [k for k in ("naturalness", "cer", "similarity", "pesq_wb") if any(k in s for s in report["systems"].values())]
+    keys = [k for k in ("naturalness", "cer", "similarity", "pesq_wb")
+            if any(k in s for s in report["systems"].values())]
     figure, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4))
     for axis, key in zip(np.atleast_1d(axes), keys):
         if curve:
@@ -237,9 +250,10 @@ def main() -> None:
     if args.acoustic_run:
         latest = {name: system for name, system in systems.items()
                   if name not in minutes or name == max(minutes, key=minutes.get)}
-        report["end_to_end"] = end_to_end(args, latest, clips, recordings, rate)
+        report["end_to_end"] = end_to_end(args, latest, clips, mels, recordings, rate)
         save()
-    rtf_systems = {name: system for name, system in systems.items() if name not in minutes or name == max(minutes, key=minutes.get)}
+    rtf_systems = {name: system for name, system in systems.items()
+                   if name not in minutes or name == max(minutes, key=minutes.get)}
     report["real_time_factor"] = real_time_factors(rtf_systems, mels, seconds, args.rounds)
     save()
     for name, figures in report["real_time_factor"].items():
