@@ -203,8 +203,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--arms", nargs="+", choices=("scratch", "finetune"), default=None,
                         help="with --init-from: which runs to train (default both, alternated chunk by chunk)")
     parser.add_argument("--variant-set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="without --init-from: each seed also trains a 'variant' run from scratch with these "
-                             "overrides, chunk for chunk with the plain one (a design compared at equal minutes)")
+                        help="each seed also trains a 'variant' run with these overrides, chunk for chunk with the "
+                             "others (a design compared at equal minutes): from scratch, or with --init-from the "
+                             "fine-tuned run's config plus these")
     parser.add_argument("--variant-name", default="variant", help="with --variant-set: the name in the file names")
     parser.add_argument("--train-clips", type=int, default=None,
                         help="train on the first N clips of the LJSpeech corpus only (held-out: from the others)")
@@ -219,14 +220,12 @@ def check_combinations(args) -> None:
         sys.exit("Error: --arms chooses between the from-scratch and the fine-tuned runs; give --init-from.")
     if args.variant_name != "variant" and not args.variant_set:
         sys.exit("Error: --variant-name names the run of --variant-set; give --variant-set SECTION.KEY=VALUE.")
-    if args.variant_set and args.init_from:
-        sys.exit("Error: --variant-set compares two from-scratch designs; it does not combine with --init-from.")
 
 
 def plan_runs(args, root: Path) -> tuple[list[str], str, dict[tuple[str, int], Path]]:
     """(the arms trained per seed, the name of the output files, a new run directory per arm and seed)."""
-    arms = ((args.arms or ["scratch", "finetune"]) if args.init_from else
-            ["scratch", "variant"] if args.variant_set else ["scratch"])
+    arms = ((args.arms or ["scratch", "finetune"]) if args.init_from else ["scratch"]) \
+        + (["variant"] if args.variant_set else [])
     name = (f"{args.corpus}-{args.decoder}" + (f"-first{args.train_clips}" if args.train_clips else "")
             + ("-from-base" if args.init_from else "") + (f"-{args.variant_name}" if args.variant_set else ""))
     run_dirs = {(arm, seed): root / f"learning-{name}-{arm}-seed{seed}" if len(arms) > 1 or args.init_from else
@@ -307,8 +306,9 @@ def arm_configs(args, cfg) -> dict[str, Any]:
         raw = apply_overrides(cfg.to_dict(), [f"training.init_from={Path(args.init_from).resolve()}",
                                               *args.finetune_set])
         configs["finetune"] = config_from_dict(raw, base_dir=cfg.base_dir)
-    if args.variant_set:
-        configs["variant"] = config_from_dict(apply_overrides(cfg.to_dict(), args.variant_set), base_dir=cfg.base_dir)
+    if args.variant_set:  # a design against the fine-tuned run when there is one, else against from scratch
+        base = configs["finetune"] if args.init_from else cfg
+        configs["variant"] = config_from_dict(apply_overrides(base.to_dict(), args.variant_set), base_dir=cfg.base_dir)
     return configs
 
 

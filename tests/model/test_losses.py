@@ -16,7 +16,8 @@ VOCAB = 40
 def setup(request):
     from myxtts.config import config_from_dict
     cfg = config_from_dict({"model": {"preset": "tiny", "decoder": request.param, "d_model": 64, "ff_dim": 128,
-                                      "mel_l2_weight": 0.5, "duration_weight": 0.7, "forward_sum_weight": 1.3,
+                                      "mel_l2_weight": 0.5, "mel_delta_weight": 0.3, "duration_weight": 0.7,
+                                      "forward_sum_weight": 1.3,
                                       "binarization_weight": 0.4}})
     return cfg, build_model(cfg, VOCAB)
 
@@ -79,14 +80,49 @@ def test_terms_react_to_what_they_measure(setup):
     outputs = model(batch, training=False)
     base = compute_losses(batch, outputs, cfg)
     assert float(base["total"]) == pytest.approx(
-        float(base["mel_l1_before"] + base["mel_l1_after"] + 0.5 * base["mel_l2"] + 1.3 * base["forward_sum"]
-              + 0.7 * base["duration"] + 0.4 * base["binarization"]), rel=1e-5)
+        float(base["mel_l1_before"] + base["mel_l1_after"] + 0.5 * base["mel_l2"] + 0.3 * base["mel_delta"]
+              + 1.3 * base["forward_sum"] + 0.7 * base["duration"] + 0.4 * base["binarization"]), rel=1e-5)
     perfect = dict(outputs, mel_before=batch["mel"], mel_after=batch["mel"],
                    log_duration_predictions=tf.math.log1p(tf.cast(outputs["durations"], tf.float32)))
     perfect_losses = compute_losses(batch, perfect, cfg)
-    for key in ("mel_l1_before", "mel_l1_after", "mel_l2", "duration"):
+    for key in ("mel_l1_before", "mel_l1_after", "mel_l2", "mel_delta", "duration"):
         assert float(perfect_losses[key]) == 0.0, key
     # the binarisation loss is ramped in by the optimizer step: off before its start, full after the ramp
     ramped = [float(compute_losses(batch, outputs, cfg, step=tf.constant(step))["total"])
               for step in (0, m.binarization_start_step + m.binarization_ramp_steps)]
     assert ramped[1] - ramped[0] == pytest.approx(0.4 * float(base["binarization"]), rel=1e-4)
+
+
+def test_mel_delta_measures_smoothing_that_the_l1_loss_misses():
+    """A real mel (a bundled clip) against two outputs with the same L1 error: the target smoothed over 3 frames and
+    3 bins, and the target shifted by a constant. The delta loss sees the smoothing, not the shift; its time term
+    stays inside each utterance's real frames."""
+    from conftest import bundled_wavs
+    from myxtts.audio import MelFrontend, load_audio
+    from myxtts.config import AudioConfig
+    from myxtts.model.losses import _mel_losses
+
+    audio = AudioConfig()
+    real = MelFrontend(audio)(load_audio(bundled_wavs(1)[0], audio.sample_rate)).numpy()[:120]  # [frames, n_mels]
+    kernel = np.ones(3) / 3
+    smoothed = np.apply_along_axis(lambda row: np.convolve(row, kernel, mode="same"), 0, real)
+    smoothed = np.apply_along_axis(lambda row: np.convolve(row, kernel, mode="same"), 1, smoothed)
+    lengths = np.array([120, 70], np.int32)  # unequal: the second utterance's padding holds garbage
+    error = np.abs(smoothed - real)
+    shift = (error.sum() + error[:70].sum()) / (lengths.sum() * real.shape[1])
+    shifted = real + shift  # the same mean absolute error over the real frames, no change of shape
+    target = np.stack([real, real]).astype(np.float32)
+    target[1, 70:] = 30.0
+
+    def delta(output):
+        output = np.stack([output, output]).astype(np.float32)
+        output[1, 70:] = -30.0
+        batch = {"mel": tf.constant(target), "mel_lengths": tf.constant(lengths)}
+        count = {"mel_elements": tf.constant(float(lengths.sum() * target.shape[2]))}
+        losses = _mel_losses(batch, {"mel_before": output, "mel_after": output}, count)
+        return float(losses["mel_delta"]), float(losses["mel_l1_after"])
+
+    smoothed_delta, smoothed_l1 = delta(smoothed)
+    shifted_delta, shifted_l1 = delta(shifted)
+    assert smoothed_l1 == pytest.approx(shifted_l1, rel=1e-4)
+    assert shifted_delta < 1e-4 < smoothed_delta

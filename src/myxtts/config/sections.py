@@ -98,6 +98,8 @@ class ModelConfig:
     dropout: float = 0.1
     max_attention_sequence_length: int = 1024  # positions table size; must cover text and decoder steps
     mel_l2_weight: float = 0.0  # weight of an extra L2 mel loss after the postnet (0: L1 only)
+    # weight of an L1 loss on the mel's changes after the postnet, frame to frame and bin to bin (0: off)
+    mel_delta_weight: float = 0.0
     # the aligner's forward-sum loss, the duration predictor's loss (MSE of log(1 + frames)),
     # and the binarisation loss (soft alignment towards the hard one), ramped in linearly from
     # binarization_start_step over binarization_ramp_steps optimizer steps

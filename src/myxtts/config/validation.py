@@ -88,8 +88,9 @@ def _check_model_keys(cfg: Config) -> None:
     if not 0.0 <= m.dropout < 1.0:
         raise ValueError(f"Config key 'model.dropout' must be in [0, 1), got {m.dropout}.")
     _check_decoder_keys(m)
-    if m.mel_l2_weight < 0:
-        raise ValueError(f"Config key 'model.mel_l2_weight' must be >= 0, got {m.mel_l2_weight}.")
+    for key in ("mel_l2_weight", "mel_delta_weight"):
+        if getattr(m, key) < 0:
+            raise ValueError(f"Config key 'model.{key}' must be >= 0, got {getattr(m, key)}.")
     # the position table covers the text, and the autoregressive decoder's steps (the parallel one has none)
     longest = d.max_text_length if m.decoder == "parallel" else \
         max(d.max_text_length, d.max_mel_frames // m.reduction_factor + 1)

@@ -9,6 +9,9 @@ this batch's own (validation, tests).
 
 - ``mel_l1_before`` / ``mel_l1_after``: mean absolute error over real frames x mel bins, before and after
   the postnet; ``mel_l2`` (mean squared error after the postnet) only enters ``total`` with ``model.mel_l2_weight`` > 0.
+- ``mel_delta``: the L1 error of the mel's changes after the postnet, frame to frame (pairs of real frames) plus bin to
+  bin, per real element: what an L1 loss on the values lets the decoder smooth away (harmonics, onsets); only enters
+  ``total`` with ``model.mel_delta_weight`` > 0.
 - ``forward_sum``: the aligner's forward-sum loss (per token, mean over utterances).
 - ``duration``: MSE of the predicted log(1 + frames) against the aligner's durations, per real token.
 - ``binarization``: -log soft alignment on the hard path, per real frame; ramped in by the optimizer step.
@@ -52,9 +55,15 @@ def _mel_losses(batch: dict, outputs: dict, count: dict) -> dict[str, tf.Tensor]
                                 tf.ones([1, 1, n_mels], tf.bool))  # [B, T, n_mels]
     before = tf.cast(outputs["mel_before"], tf.float32)
     after = tf.cast(outputs["mel_after"], tf.float32)
+    error = after - target  # [B, T, n_mels]
+    # the change from frame t to t + 1 counts where both are real; the change between neighbouring bins, in real frames
+    pair_mask = tf.logical_and(frame_mask[:, 1:], frame_mask[:, :-1])  # [B, T - 1, n_mels]
+    time_delta = _masked_sum(tf.abs(error[:, 1:] - error[:, :-1]), pair_mask)
+    bin_delta = _masked_sum(tf.abs(error[..., 1:] - error[..., :-1]), frame_mask[..., 1:])
     return {"mel_l1_before": _masked_sum(tf.abs(before - target), frame_mask) / count["mel_elements"],
-            "mel_l1_after": _masked_sum(tf.abs(after - target), frame_mask) / count["mel_elements"],
-            "mel_l2": _masked_sum(tf.square(after - target), frame_mask) / count["mel_elements"]}
+            "mel_l1_after": _masked_sum(tf.abs(error), frame_mask) / count["mel_elements"],
+            "mel_l2": _masked_sum(tf.square(error), frame_mask) / count["mel_elements"],
+            "mel_delta": (time_delta + bin_delta) / count["mel_elements"]}
 
 
 def binarization_schedule(step: tf.Tensor | None, start: int, ramp: int) -> tf.Tensor:
@@ -95,5 +104,7 @@ def compute_losses(batch: dict, outputs: dict, cfg: Config, normalizers: dict[st
              + m.duration_weight * losses["duration"] + m.binarization_weight * ramp * losses["binarization"])
     if m.mel_l2_weight > 0:
         total = total + m.mel_l2_weight * losses["mel_l2"]
+    if m.mel_delta_weight > 0:
+        total = total + m.mel_delta_weight * losses["mel_delta"]
     losses["total"] = total
     return losses

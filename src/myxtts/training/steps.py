@@ -53,7 +53,7 @@ def unstack_spec(spec: dict) -> dict:
     return {key: tf.TensorSpec(value.shape[1:], value.dtype) for key, value in spec.items()}
 
 
-LOSS_KEYS = ("total", "mel_l1_before", "mel_l1_after", "mel_l2", "forward_sum", "duration", "binarization",
+LOSS_KEYS = ("total", "mel_l1_before", "mel_l1_after", "mel_l2", "mel_delta", "forward_sum", "duration", "binarization",
              "real_frames")
 
 
