@@ -85,8 +85,10 @@ def test_cli_trains_80_shuffled_steps_without_a_single_retrace(prepared_cache, t
 
 
 def test_nan_guard_stops_and_keeps_last_good_checkpoint(prepared_cache, tmp_path):
+    """With the mel discriminator on: a poisoned batch skips its update too, and it is checkpointed with the run."""
     from myxtts.training import NonFiniteLossError, run
-    cfg = trainer_config(prepared_cache, data={"num_buckets": 1}, training={
+    adversarial = {"mel_adversarial_weight": 0.5, "mel_feature_matching_weight": 1.0, "mel_discriminator_channels": 4}
+    cfg = trainer_config(prepared_cache, data={"num_buckets": 1}, model=adversarial, training={
         "max_steps": 20, "checkpoint_every": 2, "max_nonfinite_steps": 2, "validate_every": 100,
         "summary_every": 0, "log_every": 1})
 
@@ -103,8 +105,10 @@ def test_nan_guard_stops_and_keeps_last_good_checkpoint(prepared_cache, tmp_path
     latest = tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints"))
     assert latest.endswith("ckpt-2")  # no checkpoint after the poisoned steps
     reader = tf.train.load_checkpoint(latest)
-    values = [reader.get_tensor(name) for name, _ in tf.train.list_variables(latest) if name.startswith("model/")]
-    assert values and all(np.isfinite(v).all() for v in values if np.issubdtype(np.asarray(v).dtype, np.floating))
+    names = [name for name, _ in tf.train.list_variables(latest)]
+    for owner in ("model/", "mel_discriminator/", "mel_discriminator_optimizer/"):
+        values = [reader.get_tensor(name) for name in names if name.startswith(owner)]
+        assert values and all(np.isfinite(v).all() for v in values if np.issubdtype(np.asarray(v).dtype, np.floating))
 
 
 def test_checkpoint_falls_back_when_newest_is_half_written(tmp_path):

@@ -50,7 +50,9 @@ for config in sys.argv[1].split(os.pathsep):  # each decoder's config, one strat
             model = build_model(cfg, 40)
             if models:
                 model.set_weights(models[0][0].get_weights())
-            steps = TrainingSteps(model, keras.optimizers.SGD(0.05), cfg, strategy)
+            steps = TrainingSteps(model, keras.optimizers.SGD(0.05), cfg, strategy, keras.optimizers.SGD(0.05))
+            if models and steps.discriminator is not None:
+                steps.discriminator.set_weights(models[0][1].discriminator.get_weights())
         steps.build([batch_spec(4, 10, 24, 16)], lambda f, name: f)
         if strategy is mirrored:  # warm-up runs the mirrored step once and restores every replica's copy exactly
             before = steps.snapshot_state()
@@ -64,13 +66,15 @@ for config in sys.argv[1].split(os.pathsep):  # each decoder's config, one strat
     # the global batch's real counts, so the update is the single device's (per-replica means / 2 were not)
     frames = [24, 22, 7, 8]  # the aligner needs at least a frame per token
     batch = batch_with_lengths([10, 9, 6, 4], frames, 10, 24, 16, vocab_size=40, seed=3)
-    start = [v.numpy() for v in models[0][0].trainable_variables]
+    # the model's variables, then the mel discriminator's (where the config has one: trained in the same step)
+    owned = [[*m.trainable_variables, *(steps.discriminator.trainable_variables if steps.discriminator else [])]
+             for m, steps in models]
+    start = [v.numpy() for v in owned[0]]
     outs = [steps.train(batch) for _, steps in models]
-    deltas = [np.concatenate([(v.numpy() - s).ravel() for v, s in zip(m.trainable_variables, start)])
-              for m, _ in models]
+    deltas = [np.concatenate([(v.numpy() - s).ravel() for v, s in zip(variables, start)]) for variables in owned]
     np.testing.assert_allclose(deltas[1], deltas[0], atol=1e-6 + 1e-4 * np.abs(deltas[0]).max())
     assert abs(float(outs[0]["total"]) - float(outs[1]["total"])) < 1e-4
-    print("MIRRORED_OK", cfg.model.decoder)
+    print("MIRRORED_OK", cfg.model.decoder, "mel discriminator" if models[0][1].discriminator else "")
 """
 
 WORKER = r"""
@@ -104,10 +108,14 @@ def test_mirrored_two_logical_devices(prepared_cache, tmp_path, mode):
     script.write_text(MIRRORED)
     tests_dir = os.path.dirname(__file__)
     # mixed/XLA: one fixed shape; the single-device comparison checks both decoders
-    config = _config(prepared_cache, tmp_path, model=TINY_TINY_AR if mode == "update_equals_single_device" else None)
+    # the parallel decoder with the mel discriminator (its update on 2 replicas too)
+    adversarial = {"mel_adversarial_weight": 0.5, "mel_feature_matching_weight": 1.0, "mel_discriminator_channels": 4}
+    config = _config(prepared_cache, tmp_path,
+                     model=TINY_TINY_AR if mode == "update_equals_single_device" else adversarial)
     if mode == "update_equals_single_device":  # both decoders
         from test_parallel_model import parallel_config
-        parallel = write_config(parallel_config(prepared_cache, model={"dropout": 0.0}), tmp_path / "parallel.yaml")
+        parallel = write_config(parallel_config(prepared_cache, model={"dropout": 0.0, **adversarial}),
+                                tmp_path / "parallel.yaml")
         config = os.pathsep.join([str(config), str(parallel)])
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     if mode == "trainer_mixed_xla_blocks":  # the same XLA clusters, without LLVM's optimisation of the CPU code
@@ -116,7 +124,8 @@ def test_mirrored_two_logical_devices(prepared_cache, tmp_path, mode):
                              str(tmp_path / "run"), mode], capture_output=True, text=True, timeout=400, env=env)
     assert "MIRRORED_OK" in result.stdout, (result.stdout + result.stderr)[-4000:]
     if mode == "update_equals_single_device":
-        assert "MIRRORED_OK autoregressive" in result.stdout and "MIRRORED_OK parallel" in result.stdout
+        assert "MIRRORED_OK autoregressive" in result.stdout
+        assert "MIRRORED_OK parallel mel discriminator" in result.stdout
 
 
 def _free_ports(count: int) -> list[int]:

@@ -57,8 +57,10 @@ def _train_records(workdir: Path) -> dict[int, dict]:
 def test_resume_after_sigkill_is_bit_identical(prepared_cache, tmp_path):
     """The uninterrupted run feeds from the host; the killed run fed its batches through the device feed (copied
     to a device one step ahead, as on a GPU) and is resumed from the host: the checkpoint written under the
-    device feed holds the exact iterator position, and both feeds give the same steps bit for bit."""
-    cfg = trainer_config(prepared_cache, data={"num_buckets": 2}, model={"dropout": 0.1}, training={
+    device feed holds the exact iterator position, and both feeds give the same steps bit for bit. With the mel
+    discriminator on: it and its optimizer resume exactly too."""
+    adversarial = {"mel_adversarial_weight": 0.5, "mel_feature_matching_weight": 1.0, "mel_discriminator_channels": 4}
+    cfg = trainer_config(prepared_cache, data={"num_buckets": 2}, model={"dropout": 0.1, **adversarial}, training={
         "max_steps": 6, "checkpoint_every": 3, "log_every": 1, "validate_every": 100, "summary_every": 0,
         "deterministic": True, "warmup_steps": 2})
     config = write_config(cfg, tmp_path / "resume.yaml")
@@ -79,12 +81,12 @@ def test_resume_after_sigkill_is_bit_identical(prepared_cache, tmp_path):
     expected, resumed = _train_records(straight), _train_records(killed)
     for step in (4, 5, 6):
         for key in ("total", "mel_l1_before", "mel_l1_after", "forward_sum", "duration", "grad_norm",
-                    "learning_rate"):
+                    "learning_rate", "mel_adversarial", "mel_discriminator"):
             assert resumed[step][key] == expected[step][key], (step, key)  # bit-identical, not approximately
     a = tf.train.load_checkpoint(str(straight / "checkpoints" / "ckpt-6"))
     b = tf.train.load_checkpoint(str(killed / "checkpoints" / "ckpt-6"))
     names = [n for n, _ in tf.train.list_variables(str(straight / "checkpoints" / "ckpt-6"))
-             if n.startswith(("model/", "optimizer/"))]
-    assert len(names) > 10
+             if n.startswith(("model/", "optimizer/", "mel_discriminator"))]
+    assert len(names) > 10 and any(n.startswith("mel_discriminator_optimizer/") for n in names)
     for name in names:
         assert np.array_equal(a.get_tensor(name), b.get_tensor(name)), name

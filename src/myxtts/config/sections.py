@@ -100,6 +100,11 @@ class ModelConfig:
     mel_l2_weight: float = 0.0  # weight of an extra L2 mel loss after the postnet (0: L1 only)
     # weight of an L1 loss on the mel's changes after the postnet, frame to frame and bin to bin (0: off)
     mel_delta_weight: float = 0.0
+    # a discriminator on the mel (model/mel_discriminator.py), trained with the model: the weights of its
+    # least-squares adversarial loss and of its feature-matching loss in the model's total (both 0: no discriminator)
+    mel_adversarial_weight: float = 0.0
+    mel_feature_matching_weight: float = 0.0
+    mel_discriminator_channels: int = 16
     # the aligner's forward-sum loss, the duration predictor's loss (MSE of log(1 + frames)),
     # and the binarisation loss (soft alignment towards the hard one), ramped in linearly from
     # binarization_start_step over binarization_ramp_steps optimizer steps

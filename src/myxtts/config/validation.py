@@ -88,9 +88,17 @@ def _check_model_keys(cfg: Config) -> None:
     if not 0.0 <= m.dropout < 1.0:
         raise ValueError(f"Config key 'model.dropout' must be in [0, 1), got {m.dropout}.")
     _check_decoder_keys(m)
-    for key in ("mel_l2_weight", "mel_delta_weight"):
+    for key in ("mel_l2_weight", "mel_delta_weight", "mel_adversarial_weight", "mel_feature_matching_weight"):
         if getattr(m, key) < 0:
             raise ValueError(f"Config key 'model.{key}' must be >= 0, got {getattr(m, key)}.")
+    if m.mel_discriminator_channels < 1:
+        raise ValueError(f"Config key 'model.mel_discriminator_channels' must be >= 1, got "
+                         f"{m.mel_discriminator_channels}.")
+    if (m.mel_adversarial_weight > 0 or m.mel_feature_matching_weight > 0) and \
+            cfg.training.mixed_precision == "float16":
+        raise ValueError("Config keys 'model.mel_adversarial_weight' / 'model.mel_feature_matching_weight' > 0 are "
+                         "not implemented with 'training.mixed_precision: float16' (the mel discriminator's loss is "
+                         "not loss-scaled): use bfloat16 or float32, or set both weights to 0.")
     # the position table covers the text, and the autoregressive decoder's steps (the parallel one has none)
     longest = d.max_text_length if m.decoder == "parallel" else \
         max(d.max_text_length, d.max_mel_frames // m.reduction_factor + 1)

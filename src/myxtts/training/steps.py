@@ -17,6 +17,10 @@ One training call = one micro-batch. Inside the graph it:
 4. float16: updates the Keras ``LossScaleOptimizer``'s dynamic scale (halve on overflow, double
    after its growth interval of good steps), using its own variables so it checkpoints with it.
 
+With a mel discriminator (``model.mel_adversarial_weight`` / ``model.mel_feature_matching_weight`` > 0) the same step
+also computes its loss and gradients (model/mel_discriminator.py); they follow the model's gradients through steps 1-3
+(accumulated, all-reduced, checked for finiteness, clipped by their own norm) and its own optimizer applies them.
+
 The ``tf.cond`` that applies runs in cross-replica context with ``strategy.run`` inside (a branch in
 a replica context may not synchronise replicas). Keras' optimizer all-reduces (SUM) the gradients it
 is given in a replica context; ours are already reduced, so each replica hands it ``grads / replicas``.
@@ -32,8 +36,10 @@ import tensorflow as tf
 from myxtts.config import Config
 from myxtts.model import TTSModel, add_normalizers, compute_losses, loss_normalizers
 from myxtts.model.losses import NORMALIZER_KEYS
+from myxtts.model.mel_discriminator import ADVERSARIAL_LOSS_KEYS, MelDiscriminator, adversarial_losses
 from myxtts.training import warmup
 from myxtts.training.distribute import replica_slice
+from myxtts.training.schedule import make_optimizer
 
 ShapeKey = tuple[tuple[int, ...], ...]
 SUM = tf.distribute.ReduceOp.SUM
@@ -75,18 +81,33 @@ class TrainingSteps:
     """Builds, warms up and dispatches the per-shape compiled steps."""
 
     def __init__(self, model: TTSModel, optimizer: keras.optimizers.Optimizer, cfg: Config,
-                 strategy: tf.distribute.Strategy):
+                 strategy: tf.distribute.Strategy,
+                 discriminator_optimizer: keras.optimizers.Optimizer | None = None):
+        """``discriminator_optimizer``: the mel discriminator's (with ``model.mel_adversarial_weight`` or
+        ``model.mel_feature_matching_weight`` > 0); None: one like the model's (``training.*``)."""
         self.model, self.optimizer, self.cfg, self.strategy = model, optimizer, cfg, strategy
         t = cfg.training
         self.accumulation = t.gradient_accumulation_steps
         self.steps_per_execution = t.steps_per_execution  # K > 1: each train call is a graph loop of K steps
         self.float16 = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         self.replicas = strategy.num_replicas_in_sync
-        self.variables = model.trainable_variables
-        self.loss_keys = LOSS_KEYS
+        m = cfg.model
+        self.adversarial = m.mel_adversarial_weight > 0 or m.mel_feature_matching_weight > 0
+        self.loss_keys = (*LOSS_KEYS, *ADVERSARIAL_LOSS_KEYS) if self.adversarial else LOSS_KEYS
+        self.model_variables = model.trainable_variables
         with strategy.scope():
+            # the mel discriminator (model/mel_discriminator.py) and its optimizer, trained in the same step; its
+            # variables follow the model's in every gradient list (accumulated, all-reduced and checked together)
+            self.discriminator, self.discriminator_optimizer = None, None
+            if self.adversarial:
+                self.discriminator = MelDiscriminator(m.mel_discriminator_channels, name="mel_discriminator")
+                self.discriminator.build((None, None, cfg.audio.n_mels))
+                self.discriminator_optimizer = discriminator_optimizer or make_optimizer(cfg)
+                self.discriminator_optimizer.build(self.discriminator.trainable_variables)
+            self.variables = [*self.model_variables, *(self.discriminator.trainable_variables
+                                                       if self.adversarial else [])]
             # optimizer slots now, so no compiled step creates variables (that would trace twice)
-            optimizer.build(self.variables)
+            optimizer.build(self.model_variables)
             self.micro_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="micro_step")
             self.nonfinite_in_a_row = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_in_a_row")
             self.nonfinite_total = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_total")
@@ -115,6 +136,9 @@ class TrainingSteps:
                    "nonfinite_total": self.nonfinite_total}
         objects.update({f"loss_accumulator_{k}": v for k, v in self.loss_accumulators.items()})
         objects.update({f"accumulator_{i}": a for i, a in enumerate(self.accumulators)})
+        if self.adversarial:
+            objects.update(mel_discriminator=self.discriminator,
+                           mel_discriminator_optimizer=self.discriminator_optimizer)
         return objects
 
     @property
@@ -134,13 +158,23 @@ class TrainingSteps:
 
     def _local_gradients(self, local: dict, normalizers: dict, seed: tf.Tensor) -> tuple[dict, list[tf.Tensor]]:
         """Forward + backward on this replica's rows: (losses, float32 gradients), before any all-reduce."""
-        with tf.GradientTape() as tape:
+        with tf.GradientTape(persistent=self.adversarial) as tape:
             outputs = self.model(local, training=True, seed=seed)
             # this replica's sums / the global batch's counts: summed over replicas and micro-batches
             losses = compute_losses(local, outputs, self.cfg, normalizers, step=self.optimizer.iterations)
+            if self.adversarial:
+                m = self.cfg.model
+                frames = tf.maximum(normalizers["mel_elements"] / float(self.cfg.audio.n_mels), 1.0)
+                losses.update(adversarial_losses(self.discriminator, local["mel"], outputs["mel_after"],
+                                                 local["mel_lengths"], frames))
+                losses["total"] = losses["total"] + m.mel_adversarial_weight * losses["mel_adversarial"] \
+                    + m.mel_feature_matching_weight * losses["mel_feature_matching"]
             loss = losses["total"]
             scaled = self.optimizer.scale_loss(loss) if self.float16 else loss
-        grads = tape.gradient(scaled, self.variables)
+        grads = tape.gradient(scaled, self.model_variables)
+        if self.adversarial:  # the discriminator's loss against its own variables only
+            grads += tape.gradient(losses["mel_discriminator"], self.discriminator.trainable_variables)
+            del tape
         grads = [tf.convert_to_tensor(g, dtype_hint=tf.float32) for g in grads]  # IndexedSlices -> dense
         if self.float16:
             scale = tf.cast(self.optimizer.dynamic_scale, tf.float32)
@@ -161,7 +195,10 @@ class TrainingSteps:
         if self.replicas > 1:
             grads = [g / float(self.replicas) for g in grads]  # Keras sums them across replicas again
         optimizer = self.optimizer.inner_optimizer if self.float16 else self.optimizer
-        optimizer.apply(grads, self.variables)
+        count = len(self.model_variables)
+        optimizer.apply(grads[:count], self.model_variables)
+        if self.adversarial:
+            self.discriminator_optimizer.apply(grads[count:], self.discriminator.trainable_variables)
 
     def _update_loss_scale(self, boundary: tf.Tensor, applied: tf.Tensor) -> None:
         """Keras LossScaleOptimizer policy on its own variables: /2 on overflow, x2 after growth steps."""
@@ -193,12 +230,20 @@ class TrainingSteps:
         else:
             boundary = tf.constant(True)
             loss_finite = tf.math.is_finite(losses["total"])
-        grad_norm = tf.linalg.global_norm(grads)  # inf/nan iff some gradient is
+        # the model's gradient norm (reported, clipped); the discriminator's gradients are clipped by their own
+        count = len(self.model_variables)
+        grad_norm = tf.linalg.global_norm(grads[:count])  # inf/nan iff some gradient is
         finite = tf.logical_and(loss_finite, tf.math.is_finite(grad_norm))
+        discriminator_norm = tf.linalg.global_norm(grads[count:]) if self.adversarial else None
+        if self.adversarial:
+            finite = tf.logical_and(finite, tf.math.is_finite(discriminator_norm))
         apply_now = tf.logical_and(boundary, finite)
         clip = self.cfg.training.gradient_clip_norm
         if clip > 0:
-            grads, _ = tf.clip_by_global_norm(grads, clip, use_norm=grad_norm)
+            model_grads, _ = tf.clip_by_global_norm(grads[:count], clip, use_norm=grad_norm)
+            discriminator_grads = tf.clip_by_global_norm(grads[count:], clip, use_norm=discriminator_norm)[0] \
+                if self.adversarial else []
+            grads = [*model_grads, *discriminator_grads]
 
         def apply() -> tf.Tensor:
             self.strategy.run(self._replica_apply, args=(grads,))
@@ -312,6 +357,8 @@ class TrainingSteps:
         """Every variable a compiled step can change, each once: model, optimizer, counters, accumulators."""
         candidates = [*self.model.variables, *self.optimizer.variables, self.micro_step, self.nonfinite_in_a_row,
                       self.nonfinite_total, *self.loss_accumulators.values(), *self.accumulators]
+        if self.adversarial:
+            candidates += [*self.discriminator.variables, *self.discriminator_optimizer.variables]
         return list({id(variable): variable for variable in candidates}.values())  # first occurrence order
 
     def snapshot_state(self) -> list:
