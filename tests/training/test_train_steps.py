@@ -45,15 +45,15 @@ def _delta(before, model):
     return np.concatenate([(after - b).ravel() for b, after in zip(before, _weights(model))])
 
 
-@pytest.mark.parametrize("adversarial", [False, True], ids=["l1", "mel-discriminator"])
-def test_gradient_accumulation_over_unequal_buckets_equals_one_big_batch(adversarial):
+def test_gradient_accumulation_over_unequal_buckets_equals_one_big_batch():
     """Two micro-batches from different buckets (2 rows of 24 frames, then 2 rows of 6-8 frames in an 8-frame
     bucket) give exactly the update of one 4-row batch: each divides its sums by the cycle's real counts.
     (Per-micro-batch means / 2 weighted the short rows like the 24-frame ones: 1.49x off, cosine 0.07.) With the mel
-    discriminator its losses and its own update also equal the big batch's: padding frames never count."""
+    discriminator on (one step computes every loss): its losses and its own update also equal the big batch's,
+    padding frames never count."""
     from train_helpers import batch_with_lengths, crop_batch
 
-    model_keys = ADVERSARIAL if adversarial else None
+    model_keys = ADVERSARIAL
     big = batch_with_lengths([10, 9, 6, 5], [24, 21, 7, 8], 10, 24, 16, vocab_size=VOCAB, seed=11)
     long_rows, short_rows = crop_batch(big, slice(0, 2), 10, 24), crop_batch(big, slice(2, 4), 6, 8)
     _, model_a, steps_a = _setup(keras.optimizers.SGD(0.05), model=model_keys, gradient_accumulation_steps=2)
@@ -62,7 +62,7 @@ def test_gradient_accumulation_over_unequal_buckets_equals_one_big_batch(adversa
     steps_a.build([batch_spec(2, 10, 24, 16), batch_spec(2, 6, 8, 16)], lambda f, name: f)
     steps_b.build([batch_spec(4, 10, 24, 16)], lambda f, name: f)
     start = _weights(model_a)
-    discriminator_start = steps_a.discriminator.get_weights() if adversarial else []
+    discriminator_start = steps_a.discriminator.get_weights()
     with pytest.raises(ValueError, match="train_cycle"):
         steps_a.train(long_rows)  # a micro-batch alone does not know its cycle's counts
     out_a = steps_a.train_cycle([long_rows, short_rows])
@@ -73,15 +73,13 @@ def test_gradient_accumulation_over_unequal_buckets_equals_one_big_batch(adversa
     np.testing.assert_allclose(accumulated, single, atol=1e-6 + 1e-4 * np.abs(single).max())
     # every loss term divides by the cycle's counts (mel per element, forward-sum per utterance, duration per token,
     # binarisation per frame); the cycle reports the big batch's losses
-    keys = ["total", "mel_l1_before", "forward_sum", "duration", "binarization"]
-    if adversarial:
-        keys += ["mel_adversarial", "mel_feature_matching", "mel_discriminator"]
-        assert steps_a.discriminator_optimizer.iterations.numpy() == 1  # the discriminator stepped once too
-        deltas = [np.concatenate([(w - w0).ravel() for w, w0 in zip(steps.discriminator.get_weights(),
-                                                                    discriminator_start)]) for steps in (steps_a, steps_b)]
-        assert np.linalg.norm(deltas[1]) > 0
-        np.testing.assert_allclose(deltas[0], deltas[1], atol=1e-6 + 1e-4 * np.abs(deltas[1]).max())
-    for key in keys:
+    assert steps_a.discriminator_optimizer.iterations.numpy() == 1  # the discriminator stepped once too
+    deltas = [np.concatenate([(w - w0).ravel() for w, w0 in zip(steps.discriminator.get_weights(),
+                                                                discriminator_start)]) for steps in (steps_a, steps_b)]
+    assert np.linalg.norm(deltas[1]) > 0
+    np.testing.assert_allclose(deltas[0], deltas[1], atol=1e-6 + 1e-4 * np.abs(deltas[1]).max())
+    for key in ("total", "mel_l1_before", "forward_sum", "duration", "binarization", "mel_adversarial",
+                "mel_feature_matching", "mel_discriminator"):
         assert float(out_b[key]) > 0
         assert float(out_a[key]) == pytest.approx(float(out_b[key]), rel=1e-4), key
     # accumulators are zero again after the update
