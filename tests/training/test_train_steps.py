@@ -157,14 +157,16 @@ def test_nan_guard_skips_update_in_graph(accumulation):
 
 
 def test_unknown_shape_is_refused_not_traced():
+    """Refused before any function is called: nothing traces (the functions' own first traces happen at warm-up,
+    test_warm_up_runs_every_function_and_restores_every_variable_exactly)."""
     _, _, steps = _setup(keras.optimizers.Adam(1e-3))
     traced = []
     steps.build([batch_spec(2, 10, 24, 16)], lambda f, name: traced.append(f) or f)
-    steps.warm_up()
-    counts = [f.experimental_get_tracing_count() for f in traced]
     with pytest.raises(UnknownShapeError, match="not one of the pipeline's signatures"):
         steps.train(synthetic_batch(2, 11, 24, 16, vocab_size=VOCAB))
-    assert [f.experimental_get_tracing_count() for f in traced] == counts
+    with pytest.raises(UnknownShapeError):
+        steps.validate(synthetic_batch(2, 10, 32, 16, vocab_size=VOCAB))
+    assert len(traced) == 2 and [f.experimental_get_tracing_count() for f in traced] == [0, 0]
 
 
 # float32: every batch shape is warmed up; float16 with accumulation (one shape): loss scale and accumulators too

@@ -155,6 +155,20 @@ def test_another_model_is_a_clear_error_naming_the_difference(prepared_cache, so
     assert not list((tmp_path / "run").glob("checkpoints/ckpt-*"))
 
 
+def test_resuming_a_run_without_the_mel_discriminator_with_one_is_refused(prepared_cache, source_run, tmp_path):
+    """Its checkpoint has no discriminator to resume: a clear error naming both ways on, nothing written."""
+    from myxtts.training import run
+    from myxtts.training.trainer import WorkdirError
+
+    workdir = tmp_path / "run"
+    shutil.copytree(source_run, workdir, ignore=shutil.ignore_patterns("run.lock"))
+    before = _digest(workdir)
+    cfg = _config(prepared_cache, model={"mel_adversarial_weight": 0.5}, training={"max_steps": 8})
+    with pytest.raises(WorkdirError, match="without the mel discriminator.*--init-from"):
+        run(cfg, workdir, resume=True, progress=False, echo=lambda _: None)
+    assert _digest(workdir) == before
+
+
 def test_bad_sources_are_clear_errors(prepared_cache, source_run, tmp_path):
     from myxtts.training import run
     from myxtts.training.warm_start import WarmStartError

@@ -77,7 +77,6 @@ class Trainer(StagedRun):
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self.chief:  # one writer per run directory: a second `train` fails here, before touching anything
             self.locks.append(lock_run_directory(self.workdir))
-            save_config(self.cfg, RunDir(self.workdir).config)
 
     def stage_data(self) -> None:
         from myxtts.data.cache import VOCAB_FILE, corpus_summary
@@ -140,12 +139,22 @@ class Trainer(StagedRun):
                                        checkpoint_decoder_type(self.checkpoints.latest), self.cfg.model.decoder)
             if problem:
                 raise WorkdirError(f"{problem} Or choose another --workdir.")
+            names = [name for name, _ in tf.train.list_variables(self.checkpoints.latest)]
+            if self.steps.adversarial and not any(name.startswith("mel_discriminator/") for name in names):
+                raise WorkdirError(
+                    f"{directory} (checkpoint {self.checkpoints.latest}) was trained without the mel discriminator, "
+                    "but this config sets 'model.mel_adversarial_weight' or 'model.mel_feature_matching_weight' > 0. "
+                    "Resume with both at 0 (the run's config.yaml), or start a new run from this one with "
+                    f"--init-from {self.workdir} (its weights, a fresh discriminator).")
         if self.resume:
             self.restored_from = self.checkpoints.restore_latest()
         self.init_from = None
         if self.cfg.init_from is not None and self.restored_from is None:  # a resumed run has its own weights
             self.init_from = warm_start(self.cfg, self.model, self.vocabulary, self.languages, self.workdir,
                                         self.echo, record=self.chief)
+        # only once the run directory has accepted this config: a refused resume or start keeps the run's own
+        if self.chief:
+            save_config(self.cfg, RunDir(self.workdir).config)
 
     def stage_compile(self) -> None:
         t = self.cfg.training
