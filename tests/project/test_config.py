@@ -149,3 +149,17 @@ def test_save_and_reload_roundtrip(tmp_path: Path) -> None:
     for section in (expected, actual):
         section["data"].pop("corpus_path"), section["data"].pop("cache_dir")
     assert actual == expected
+
+
+def test_mel_discriminator_keys_are_checked() -> None:
+    """Its channels without it do nothing (refused); float16 is refused; on, its keys reach the config."""
+    with pytest.raises(ValueError, match="mel_discriminator_channels' \\(8\\) does nothing"):
+        config_from_dict({"model": {"mel_discriminator_channels": 8}})
+    with pytest.raises(ValueError, match="mel_discriminator_channels' must be >= 1"):
+        config_from_dict({"model": {"mel_adversarial_weight": 1.0, "mel_discriminator_channels": 0}})
+    with pytest.raises(ValueError, match="mel_feature_matching_weight' must be >= 0"):
+        config_from_dict({"model": {"mel_feature_matching_weight": -1.0}})
+    with pytest.raises(ValueError, match="float16"):
+        config_from_dict({"model": {"mel_adversarial_weight": 1.0}, "training": {"mixed_precision": "float16"}})
+    cfg = config_from_dict({"model": {"mel_feature_matching_weight": 1.0, "mel_discriminator_channels": 8}})
+    assert cfg.model.mel_discriminator_channels == 8 and cfg.model.mel_adversarial_weight == 0.0

@@ -137,8 +137,9 @@ def test_checkpoint_falls_back_when_newest_is_half_written(tmp_path):
 
 @pytest.mark.slow
 def test_trainer_with_steps_per_execution_runs_blocks_without_retracing(prepared_cache, tmp_path, monkeypatch):
-    """training.steps_per_execution = 2 on several buckets: one traced call per bucket runs 2 steps; logs,
-    validation, summaries and checkpoints land on the first block boundary at or after their interval; 0 retraces.
+    """training.steps_per_execution = 2 on several buckets, the mel discriminator on: one traced call per bucket runs
+    2 steps (its losses averaged over the block like the others); logs, validation, summaries and checkpoints land on
+    the first block boundary at or after their interval; 0 retraces.
     The run is self-contained: mel_stats.json (the cache's train-split statistics, what the batches were normalised
     with) sits next to vocab.json; the summary images / Griffin-Lim audio get denormalised (real) log mels."""
     from myxtts.data.cache import FeatureCache
@@ -153,7 +154,8 @@ def test_trainer_with_steps_per_execution_runs_blocks_without_retracing(prepared
         return original(self, step, mel, target, alignment, audio, sample_rate)
 
     monkeypatch.setattr(reporting.MetricsLog, "images_and_audio", capture)
-    cfg = trainer_config(prepared_cache, data={"num_buckets": 2}, training={
+    adversarial = {"mel_adversarial_weight": 0.5, "mel_feature_matching_weight": 1.0, "mel_discriminator_channels": 4}
+    cfg = trainer_config(prepared_cache, data={"num_buckets": 2}, model=adversarial, training={
         "max_steps": 12, "steps_per_execution": 2, "log_every": 3, "validate_every": 5, "checkpoint_every": 5,
         "summary_every": 7, "strict_retracing": True, "warmup_steps": 2})
     summary = run(cfg, tmp_path / "run", progress=False, echo=lambda _: None)
@@ -166,6 +168,7 @@ def test_trainer_with_steps_per_execution_runs_blocks_without_retracing(prepared
     assert [r["step"] for r in records if r["split"] == "validation"] == [6, 10, 12]
     assert not [r for r in records if r["split"] == "listening"]  # listen_sentences 0 (the 80-step test listens)
     assert all(np.isfinite(r["total"]) for r in records)
+    assert all(r["mel_discriminator"] > 0 for r in records if r["split"] == "train")
     checkpoints = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("ckpt-*.index"))
     assert checkpoints == ["ckpt-10.index", "ckpt-12.index", "ckpt-6.index"]
 

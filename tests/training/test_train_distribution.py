@@ -108,11 +108,11 @@ def test_mirrored_two_logical_devices(prepared_cache, tmp_path, mode):
     script.write_text(MIRRORED)
     tests_dir = os.path.dirname(__file__)
     # mixed/XLA: one fixed shape; the single-device comparison checks both decoders
-    # the parallel decoder with the mel discriminator (its update on 2 replicas too)
-    adversarial = {"mel_adversarial_weight": 0.5, "mel_feature_matching_weight": 1.0, "mel_discriminator_channels": 4}
     config = _config(prepared_cache, tmp_path, model=TINY_TINY_AR if mode == "update_equals_single_device" else None)
-    if mode == "update_equals_single_device":  # both decoders
+    if mode == "update_equals_single_device":  # both decoders, the parallel one with the mel discriminator
         from test_parallel_model import parallel_config
+        adversarial = {"mel_adversarial_weight": 0.5, "mel_feature_matching_weight": 1.0,
+                       "mel_discriminator_channels": 4}
         parallel = write_config(parallel_config(prepared_cache, model={"dropout": 0.0, **adversarial}),
                                 tmp_path / "parallel.yaml")
         config = os.pathsep.join([str(config), str(parallel)])

@@ -200,8 +200,11 @@ def test_resume_continues_from_the_checkpoint(vocoder_cfg, trained_vocoder, tmp_
     workdir, _ = trained_vocoder
     copy = tmp_path / "run"
     shutil.copytree(workdir, copy, ignore=shutil.ignore_patterns("run.lock"))
+    config = (copy / "config.yaml").read_bytes()
+    other = vocoder_cfg.replace(training=dataclasses.replace(vocoder_cfg.training, max_steps=999))
     with pytest.raises(VocoderTrainingError, match="--resume"):
-        train_vocoder(vocoder_cfg, copy, progress=False, echo=lambda line: None)
+        train_vocoder(other, copy, progress=False, echo=lambda line: None)
+    assert (copy / "config.yaml").read_bytes() == config  # the refused config is not written over the run's
     longer = vocoder_cfg.replace(training=dataclasses.replace(vocoder_cfg.training, max_steps=250,
                                                               validate_every=1000, summary_every=0))
     summary = train_vocoder(longer, copy, resume=True, progress=False, echo=lambda line: None)

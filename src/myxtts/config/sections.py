@@ -104,7 +104,7 @@ class ModelConfig:
     # least-squares adversarial loss and of its feature-matching loss in the model's total (both 0: no discriminator)
     mel_adversarial_weight: float = 0.0
     mel_feature_matching_weight: float = 0.0
-    mel_discriminator_channels: int = 16
+    mel_discriminator_channels: int | None = None  # None: the discriminator's own (MelDiscriminator.DEFAULT_CHANNELS)
     # the aligner's forward-sum loss, the duration predictor's loss (MSE of log(1 + frames)),
     # and the binarisation loss (soft alignment towards the hard one), ramped in linearly from
     # binarization_start_step over binarization_ramp_steps optimizer steps

@@ -91,11 +91,15 @@ def _check_model_keys(cfg: Config) -> None:
     for key in ("mel_l2_weight", "mel_delta_weight", "mel_adversarial_weight", "mel_feature_matching_weight"):
         if getattr(m, key) < 0:
             raise ValueError(f"Config key 'model.{key}' must be >= 0, got {getattr(m, key)}.")
-    if m.mel_discriminator_channels < 1:
+    discriminator = m.mel_adversarial_weight > 0 or m.mel_feature_matching_weight > 0
+    if m.mel_discriminator_channels is not None and not discriminator:
+        raise ValueError(f"Config key 'model.mel_discriminator_channels' ({m.mel_discriminator_channels}) does nothing "
+                         "without the mel discriminator: set 'model.mel_adversarial_weight' or "
+                         "'model.mel_feature_matching_weight' > 0, or remove it.")
+    if m.mel_discriminator_channels is not None and m.mel_discriminator_channels < 1:
         raise ValueError(f"Config key 'model.mel_discriminator_channels' must be >= 1, got "
                          f"{m.mel_discriminator_channels}.")
-    if (m.mel_adversarial_weight > 0 or m.mel_feature_matching_weight > 0) and \
-            cfg.training.mixed_precision == "float16":
+    if discriminator and cfg.training.mixed_precision == "float16":
         raise ValueError("Config keys 'model.mel_adversarial_weight' / 'model.mel_feature_matching_weight' > 0 are "
                          "not implemented with 'training.mixed_precision: float16' (the mel discriminator's loss is "
                          "not loss-scaled): use bfloat16 or float32, or set both weights to 0.")

@@ -27,7 +27,9 @@ class MelDiscriminator(keras.layers.Layer):
     tensor's end (the convolutions' own zero padding): a real frame's features do not depend on the padding after
     it, so a clip's losses are the same in any bucket."""
 
-    def __init__(self, channels: int = 16, layers: int = 4, **kwargs):
+    DEFAULT_CHANNELS = 16  # model.mel_discriminator_channels unset
+
+    def __init__(self, channels: int = DEFAULT_CHANNELS, layers: int = 4, **kwargs):
         # float32 whatever the global precision policy: its losses are small differences of squares
         super().__init__(dtype="float32", **kwargs)
         self.convolutions = [keras.layers.Conv2D(channels, (3, 5), strides=(1, 2), padding="same", name=f"conv_{i}")

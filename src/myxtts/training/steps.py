@@ -100,7 +100,8 @@ class TrainingSteps:
             # variables follow the model's in every gradient list (accumulated, all-reduced and checked together)
             self.discriminator, self.discriminator_optimizer = None, None
             if self.adversarial:
-                self.discriminator = MelDiscriminator(m.mel_discriminator_channels, name="mel_discriminator")
+                self.discriminator = MelDiscriminator(m.mel_discriminator_channels or MelDiscriminator.DEFAULT_CHANNELS,
+                                                      name="mel_discriminator")
                 self.discriminator.build((None, None, cfg.audio.n_mels))
                 self.discriminator_optimizer = discriminator_optimizer or make_optimizer(cfg)
                 self.discriminator_optimizer.build(self.discriminator.trainable_variables)

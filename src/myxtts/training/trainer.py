@@ -79,7 +79,7 @@ class Trainer(StagedRun):
             self.locks.append(lock_run_directory(self.workdir))
 
     def stage_data(self) -> None:
-        from myxtts.data.cache import VOCAB_FILE, corpus_summary
+        from myxtts.data.cache import VOCAB_FILE
         from myxtts.data.pipeline import InputPipeline
         from myxtts.text import Vocabulary
 
@@ -98,11 +98,7 @@ class Trainer(StagedRun):
         self.vocabulary = Vocabulary.load(vocab_path)
         self.mel_stats = self.train_pipeline.mel_stats  # batches are normalised; synthesis denormalises with these
         self.languages = self.train_pipeline.source.manifest["languages"]
-        if self.chief:
-            run = RunDir(self.workdir)
-            shutil.copyfile(vocab_path, run.vocab)
-            self.mel_stats.save(run.mel_stats)
-            run.write_json(run.corpus, corpus_summary(self.train_pipeline.source.manifest))  # read by a warm start
+        self.vocab_path = vocab_path  # copied into the run once it has accepted this config (stage_checkpoint)
         # the iterator is checkpointed with the model (its position and shuffle state)
         self.iterator = iter(self.train_pipeline.dataset(repeat=True))
 
@@ -152,9 +148,15 @@ class Trainer(StagedRun):
         if self.cfg.init_from is not None and self.restored_from is None:  # a resumed run has its own weights
             self.init_from = warm_start(self.cfg, self.model, self.vocabulary, self.languages, self.workdir,
                                         self.echo, record=self.chief)
-        # only once the run directory has accepted this config: a refused resume or start keeps the run's own
+        # only once the run directory has accepted this config: a refused resume or start keeps the run's own files
         if self.chief:
-            save_config(self.cfg, RunDir(self.workdir).config)
+            from myxtts.data.cache import corpus_summary
+
+            run = RunDir(self.workdir)
+            save_config(self.cfg, run.config)
+            shutil.copyfile(self.vocab_path, run.vocab)
+            self.mel_stats.save(run.mel_stats)
+            run.write_json(run.corpus, corpus_summary(self.train_pipeline.source.manifest))  # read by a warm start
 
     def stage_compile(self) -> None:
         t = self.cfg.training

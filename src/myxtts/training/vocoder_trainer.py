@@ -78,7 +78,11 @@ class VocoderTrainer(StagedRun):
         tf.config.run_functions_eagerly(t.enable_eager_debug)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.locks.append(lock_run_directory(self.workdir))
-        save_config(self.cfg, RunDir(self.workdir).config)
+        # refused here, before --acoustic-run's mels or the config are written over the run's own
+        latest = tf.train.latest_checkpoint(str(RunDir(self.workdir).checkpoints))
+        if latest and not self.resume:
+            raise VocoderTrainingError(f"{RunDir(self.workdir).checkpoints} already holds checkpoints ({latest}); "
+                                       "pass --resume to continue that run or choose another --workdir.")
 
     def stage_data(self) -> None:
         from myxtts.data.vocoder_segments import VocoderSegments, validation_clips
@@ -119,15 +123,13 @@ class VocoderTrainer(StagedRun):
         self.checkpoints = Checkpoints(
             directory, self.cfg.training.keep_checkpoints, step=self.step, iterator=self.iterator,
             trained_seconds=self.trained_seconds, **self.steps.checkpoint_objects())
-        if self.checkpoints.latest and not self.resume:
-            raise VocoderTrainingError(f"{directory} already holds checkpoints ({self.checkpoints.latest}); pass "
-                                       "--resume to continue that run or choose another --workdir.")
         self.restored_from = self.checkpoints.restore_latest() if self.resume else None
         self.init_source = None
         if self.init_from is not None and self.restored_from is None:
             self.init_source = restore_generator(self.init_from, self.cfg, self.generator, self.discriminators)
             self.echo(f"vocoder warm start: generator{' and discriminators' if self.init_source['discriminators'] else ''}"
                       f" from {self.init_source['checkpoint']}")
+        save_config(self.cfg, RunDir(self.workdir).config)  # the run directory has accepted this config
         write_vocoder_json(self.workdir, self.cfg, self.generator, trained_on=str(self.cfg.cache_dir),
                            init_from=self.init_source["checkpoint"] if self.init_source else None,
                            acoustic_run=str(Path(self.acoustic_run).resolve()) if self.acoustic_run else None)
