@@ -1,17 +1,19 @@
 """Voice cloning: a model trained on two espeak-ng voices speaks in the voice of its reference clip.
 
 Two clearly different voices (a low male and a high female espeak-ng voice) read the same short
-sentences. The tiny model (the default parallel decoder) trains on them for 60 steps (each clip's reference:
+sentences. The tiny model (the default parallel decoder) trains on them for 120 steps (each clip's reference:
 another clip of the same voice, as the pipeline does), then synthesizes held-out texts with a reference of each
 voice. Asserted:
 - the reference reaches the output: swapping the reference voice moves the output mel by a sizeable
-  fraction of the difference between the two real voices (the old shared-softmax latents moved it by
-  0.003-0.006 against a prediction error of ~1);
+  fraction of the difference between the two real voices (>= 0.5x; the old shared-softmax latents moved it by
+  under 1% of it);
 - the output moves towards the reference's voice: for every held-out text, the difference between the
   outputs with the low and the high voice's reference points the same way as the difference between the
   two real voices (cosine of their mean log-mel spectra, the voices' spectral envelope and pitch
-  harmonics averaged over the utterance, >= 0.7; measured 0.85 after 60 steps, 0.96-0.98 after 100).
-The output moves by >= 0.5x the real voices' difference (measured 0.82x after 60 steps, 1.1x after 100).
+  harmonics averaged over the utterance, >= 0.7).
+The model learns to use the reference abruptly, between about 40 and 100 steps depending on the seed and the
+CPU's arithmetic: 60 steps passed on one machine and failed on another, so the test trains past that
+transition (4 seeds on an AVX2 CPU, 120 steps: >= 0.95x and cosine >= 0.86).
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ import tensorflow as tf
 from conftest import BUNDLED_CORPUS
 from train_helpers import compiled_train_step
 
-STEPS = 60
-TRAIN_SENTENCES = 6  # per voice
+STEPS = 120
+TRAIN_SENTENCES = 4  # per voice
 HELD_OUT = 2
 REFERENCE_FRAMES = 96
 
