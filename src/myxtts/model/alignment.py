@@ -19,7 +19,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from myxtts.model.layers import length_mask, static_or_dynamic_dim
+from myxtts.model.layers import BuiltByFirstCall, length_mask, static_or_dynamic_dim
 
 ALIGNER_CHANNELS = 80  # width of the space the text and mel encodings are compared in
 ALIGNER_TEMPERATURE = 0.0005  # logits = -temperature * squared L2 distance (FastPitch / RAD-TTS)
@@ -28,7 +28,7 @@ BLANK_LOG_PROB = -1.0  # CTC blank column of the forward-sum loss (a constant th
 MASKED = -1e4  # log-prob of a padded text position: never chosen, and finite (no NaN in gradients)
 
 
-class AlignmentEncoder(keras.layers.Layer):
+class AlignmentEncoder(BuiltByFirstCall, keras.layers.Layer):
     """(text embedding ``[B, T_text, d]``, normalised mel ``[B, T_mel, n_mels]``) -> soft log-alignment
     ``[B, T_mel, T_text]`` (log-probabilities over real text positions for each frame, prior included)."""
 

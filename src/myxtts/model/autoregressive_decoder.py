@@ -14,8 +14,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from myxtts.model.layers import (SiteCounter, TransformerBlock, length_mask, sinusoid_table, stateless_dropout,
-                                 static_or_dynamic_dim)
+from myxtts.model.layers import (BuiltByFirstCall, SiteCounter, TransformerBlock, length_mask, sinusoid_table,
+                                 stateless_dropout, static_or_dynamic_dim)
 from myxtts.model.presets import PRENET_DROPOUT, ModelDims
 from myxtts.model.tts import TTSModel
 
@@ -24,7 +24,7 @@ from myxtts.model.tts import TTSModel
 PRENET_SEED = 20261123
 
 
-class Prenet(keras.layers.Layer):
+class Prenet(BuiltByFirstCall, keras.layers.Layer):
     """Two ReLU layers with strong dropout on the previous r frames."""
 
     def __init__(self, dims: ModelDims, sites: SiteCounter, **kwargs):
@@ -51,7 +51,7 @@ def previous_step_frames(mel, mel_lengths, reduction_factor: int) -> tf.Tensor:
     return tf.pad(grouped[:, :-1], [[0, 0], [1, 0], [0, 0]])
 
 
-class AutoregressiveDecoder(keras.layers.Layer):
+class AutoregressiveDecoder(BuiltByFirstCall, keras.layers.Layer):
     """Frame encodings ``[B, T, d]`` (duration-expanded text) + speaker latents ``[B, K, d]`` -> mel
     ``[B, T, n_mels]`` float32, r frames per step; ``call`` is teacher-forced, ``generate`` free-running."""
 

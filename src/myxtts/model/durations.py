@@ -11,13 +11,13 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from myxtts.model.layers import SiteCounter, length_mask, stateless_dropout, static_or_dynamic_dim
+from myxtts.model.layers import BuiltByFirstCall, SiteCounter, length_mask, stateless_dropout, static_or_dynamic_dim
 
 DURATION_FILTERS = 256
 DURATION_KERNEL = 3
 
 
-class DurationPredictor(keras.layers.Layer):
+class DurationPredictor(BuiltByFirstCall, keras.layers.Layer):
     """text encodings ``[B, T_text, d]`` -> log(1 + frames) ``[B, T_text]`` float32 (0 at padding)."""
 
     def __init__(self, dropout: float, sites: SiteCounter, **kwargs):

@@ -7,12 +7,12 @@ import math
 import keras
 import tensorflow as tf
 
-from myxtts.model.layers import (MultiHeadAttention, SiteCounter, TransformerBlock, length_mask,
+from myxtts.model.layers import (BuiltByFirstCall, MultiHeadAttention, SiteCounter, TransformerBlock, length_mask,
                                  sinusoid_table, stateless_dropout, static_or_dynamic_dim)
 from myxtts.model.presets import CONDITIONING_KERNEL, ModelDims
 
 
-class TextEncoder(keras.layers.Layer):
+class TextEncoder(BuiltByFirstCall, keras.layers.Layer):
     """tokens ``[B, T_text]`` -> encodings ``[B, T_text, d]``: embedding + sinusoidal positions + blocks."""
 
     def __init__(self, dims: ModelDims, sites: SiteCounter, embedding_stddev: float | None = None, **kwargs):

@@ -23,6 +23,19 @@ import tensorflow as tf
 NEG_INF = -1e9  # added to masked attention logits (in float32)
 
 
+class BuiltByFirstCall:
+    """Mixin (first base) for a Keras layer or model whose state is sublayers and weights created in ``__init__``.
+
+    Without a ``build`` of its own, Keras builds such a layer by tracing its ``call`` symbolically in a scratch graph
+    before the first real call, and again for every nested layer of this kind inside that trace: most of the cost of
+    building a model, paid again by every process that loads one. Here ``build`` marks the layer built and its first
+    real call builds each sublayer with the real shapes; variables, their paths and checkpoint keys are the same.
+    """
+
+    def build(self, input_shape) -> None:
+        pass
+
+
 def all_visible() -> tf.Tensor:
     """Attention mask ``[1, 1, 1, 1]`` for keys that are all real (the speaker latents)."""
     return tf.ones([1, 1, 1, 1], tf.bool)
@@ -86,7 +99,7 @@ class SiteCounter:
         return self._next
 
 
-class MultiHeadAttention(keras.layers.Layer):
+class MultiHeadAttention(BuiltByFirstCall, keras.layers.Layer):
     """Multi-head scaled dot-product attention that returns its weights and supports a KV cache."""
 
     def __init__(self, d_model: int, num_heads: int, dropout: float, sites: SiteCounter, **kwargs):
@@ -136,7 +149,7 @@ class MultiHeadAttention(keras.layers.Layer):
         return self.attend(query_in, keys, values, mask, training=training, seed=seed)
 
 
-class FeedForward(keras.layers.Layer):
+class FeedForward(BuiltByFirstCall, keras.layers.Layer):
     """Position-wise (``kernel_size`` 1: two dense layers) or convolutional (FastSpeech / FastPitch's FFT block:
     two 'same' convolutions over ``kernel_size`` neighbours, so each token also reads its neighbours)."""
 
@@ -162,7 +175,7 @@ class FeedForward(keras.layers.Layer):
         return self.outer(hidden * mask)
 
 
-class TransformerBlock(keras.layers.Layer):
+class TransformerBlock(BuiltByFirstCall, keras.layers.Layer):
     """Pre-norm block: self-attention (optionally causal), optional attention over the speaker latents,
     feed-forward."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from myxtts.model.layers import MultiHeadAttention, SiteCounter, all_visible, stateless_dropout
+from myxtts.model.layers import BuiltByFirstCall, MultiHeadAttention, SiteCounter, all_visible, stateless_dropout
 from myxtts.model.presets import ModelDims
 from myxtts.model.tts import TTSModel
 
@@ -20,7 +20,7 @@ DILATION_CYCLE = (1, 2, 4, 8)  # block i uses DILATION_CYCLE[i % 4]; the last bl
 SPEAKER_ATTENTION_AFTER = 1  # frames attend to the speaker latents after this block
 
 
-class ResidualConvBlock(keras.layers.Layer):
+class ResidualConvBlock(BuiltByFirstCall, keras.layers.Layer):
     """x + dropout(relu(conv(LayerNorm(x)))) with a dilated 'same' convolution; padding re-zeroed."""
 
     def __init__(self, channels: int, dilation: int, dropout: float, sites: SiteCounter, **kwargs):
@@ -35,7 +35,7 @@ class ResidualConvBlock(keras.layers.Layer):
         return (x + update) * frame_mask
 
 
-class ParallelDecoder(keras.layers.Layer):
+class ParallelDecoder(BuiltByFirstCall, keras.layers.Layer):
     """Frame encodings ``[B, T_mel, d]`` + speaker latents ``[B, K, d]`` -> mel ``[B, T_mel, n_mels]`` float32.
 
     The voice enters twice: a global speaker vector (projected mean of the latents) added to every frame, and

@@ -5,11 +5,11 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from myxtts.model.layers import SiteCounter, stateless_dropout
+from myxtts.model.layers import BuiltByFirstCall, SiteCounter, stateless_dropout
 from myxtts.model.presets import POSTNET_KERNEL, ModelDims
 
 
-class Postnet(keras.layers.Layer):
+class Postnet(BuiltByFirstCall, keras.layers.Layer):
     """Residual conv stack refining mel_before; padded frames are zeroed after every layer."""
 
     def __init__(self, dims: ModelDims, sites: SiteCounter, **kwargs):

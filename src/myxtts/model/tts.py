@@ -29,11 +29,11 @@ from myxtts.model.alignment import AlignmentEncoder, durations_from_alignment, m
 from myxtts.model.postnet import Postnet
 from myxtts.model.durations import DurationPredictor, alignment_from_durations, length_regulate
 from myxtts.model.encoders import ConditioningEncoder, TextEncoder
-from myxtts.model.layers import SiteCounter, length_mask, static_or_dynamic_dim, track_listed_layers
+from myxtts.model.layers import BuiltByFirstCall, SiteCounter, length_mask, static_or_dynamic_dim, track_listed_layers
 from myxtts.model.presets import ModelDims
 
 
-class TTSModel(keras.Model):
+class TTSModel(BuiltByFirstCall, keras.Model):
     """See the module docstring for the data flow; a subclass supplies the decoder (``make_decoder``) and how it
     runs (``run_decoder``)."""
 

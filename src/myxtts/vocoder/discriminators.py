@@ -20,12 +20,14 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from myxtts.model.layers import BuiltByFirstCall
+
 
 def _leaky(x: tf.Tensor) -> tf.Tensor:
     return tf.nn.leaky_relu(x, alpha=0.1)
 
 
-class PeriodDiscriminator(keras.layers.Layer):
+class PeriodDiscriminator(BuiltByFirstCall, keras.layers.Layer):
     def __init__(self, period: int, channels: int, conv_dtype: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.period = int(period)
@@ -49,7 +51,7 @@ class PeriodDiscriminator(keras.layers.Layer):
         return score, features
 
 
-class ResolutionDiscriminator(keras.layers.Layer):
+class ResolutionDiscriminator(BuiltByFirstCall, keras.layers.Layer):
     def __init__(self, n_fft: int, channels: int, conv_dtype: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.n_fft, self.hop_length = int(n_fft), int(n_fft) // 4
@@ -71,7 +73,7 @@ class ResolutionDiscriminator(keras.layers.Layer):
         return score, features
 
 
-class Discriminators(keras.Model):
+class Discriminators(BuiltByFirstCall, keras.Model):
     """Every period and resolution discriminator; ``call(wave)`` -> list of (score, features), one per member."""
 
     def __init__(self, periods: tuple[int, ...], period_channels: int, resolution_ffts: tuple[int, ...],

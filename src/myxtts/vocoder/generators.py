@@ -23,6 +23,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from myxtts.model.layers import BuiltByFirstCall
 from myxtts.vocoder.istft import MAX_LOG_MAGNITUDE, InverseStft
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +46,7 @@ def vocos_size(vocoder_cfg: Any) -> VocosSize:
                      layers=vocoder_cfg.layers or preset.layers)
 
 
-class ConvNeXtBlock(keras.layers.Layer):
+class ConvNeXtBlock(BuiltByFirstCall, keras.layers.Layer):
     """Depthwise convolution over frames, LayerNorm, pointwise MLP (GELU), layer scale, residual."""
 
     def __init__(self, dim: int, intermediate_dim: int, kernel_size: int, layer_scale: float, **kwargs: Any):
@@ -63,7 +64,7 @@ class ConvNeXtBlock(keras.layers.Layer):
         return residual + self.layer_scale * x
 
 
-class VocosGenerator(keras.Model):
+class VocosGenerator(BuiltByFirstCall, keras.Model):
     """See the module docstring. ``generator(log_mel)``: ``[batch, frames, n_mels]`` -> ``[batch, samples]``."""
 
     family = "vocos"

@@ -26,6 +26,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from myxtts.model.layers import BuiltByFirstCall
 from myxtts.vocoder.istft import MAX_LOG_MAGNITUDE, InverseStft
 
 
@@ -55,7 +56,7 @@ def _leaky(x: tf.Tensor) -> tf.Tensor:
     return tf.nn.leaky_relu(x, alpha=0.1)
 
 
-class DilatedResBlock(keras.layers.Layer):
+class DilatedResBlock(BuiltByFirstCall, keras.layers.Layer):
     """One kernel size of the fusion: per dilation, LeakyReLU -> dilated Conv1D -> residual."""
 
     def __init__(self, channels: int, kernel_size: int, dilations: tuple[int, ...], **kwargs: Any) -> None:
@@ -69,7 +70,7 @@ class DilatedResBlock(keras.layers.Layer):
         return x
 
 
-class UpsampleStage(keras.layers.Layer):
+class UpsampleStage(BuiltByFirstCall, keras.layers.Layer):
     """Transposed convolution by ``rate``, then the mean of one ``DilatedResBlock`` per kernel size."""
 
     def __init__(self, rate: int, channels: int, kernels: tuple[int, ...], dilations: tuple[int, ...],
@@ -84,7 +85,7 @@ class UpsampleStage(keras.layers.Layer):
         return tf.add_n([block(x) for block in self.blocks]) / len(self.blocks)
 
 
-class ISTFTNetGenerator(keras.Model):
+class ISTFTNetGenerator(BuiltByFirstCall, keras.Model):
     """See the module docstring. ``generator(log_mel)``: ``[batch, frames, n_mels]`` -> ``[batch, samples]``."""
 
     family = "istftnet"
