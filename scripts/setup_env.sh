@@ -23,6 +23,12 @@ if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
     [ -x "$ROOT/.venv/bin/uv" ] && echo "[setup] uv failed: installing with pip"
     "$ROOT/.venv/bin/python" -m pip install -q -e "$TARGET" 2> >(grep -v "is ignored: it is neither" >&2)
   fi
+  if [[ ",$EXTRAS," == *,test,* ]]; then
+    # librosa (the tests' reference front-end) compiles its numba kernels on first use and caches them in the
+    # venv: once here, like the bytecode above, instead of inside a test on every fresh clone
+    "$ROOT/.venv/bin/python" -c "import numpy, librosa; librosa.stft(numpy.zeros(4096, numpy.float32))" \
+      || echo "[setup] librosa's numba cache not warmed: the first test that uses it compiles it"
+  fi
   touch "$STAMP"
 fi
 # espeak-ng (phonemes, `myxtts corpus espeak`) comes with the install: the espeakng-loader wheel bundles it.
