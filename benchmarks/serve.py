@@ -131,7 +131,7 @@ def start_server(args, vocoder: str) -> dict:
     started = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-m", "myxtts", "serve", "--run", args.run, "--voice",
                                 f"voice={args.reference}", "--port", str(port), "--batch-size", str(args.batch_size),
-                                "--vocoder", vocoder],
+                                "--vocoder", vocoder, *(["--no-small-batches"] if args.no_small_batches else [])],
                                stdout=log, stderr=subprocess.STDOUT, env=child_environment(), cwd=REPO)
     server = {"process": process, "url": url, "log": log}
     try:
@@ -165,6 +165,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="per level per round")
     parser.add_argument("--soak-seconds", type=float, default=120.0, help="a last run at the highest level (0: none)")
     parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--no-small-batches", action="store_true",
+                        help="the servers compile --batch-size alone (every batch padded to it), not also the smaller "
+                             "powers of two")
     parser.add_argument("--vocoder", action="append", default=None,
                         help="the server's --vocoder: a vocoder directory or griffin-lim (the default); repeat it to "
                         "compare: one server each, alternated within every round, ratios to the first")
@@ -199,7 +202,8 @@ def main() -> None:
             stop_server(server)
     lowest, highest = min(args.levels), max(args.levels)
     report = {"benchmark": "serve", "run": args.run, "vocoders": vocoders, "batch_size": args.batch_size,
-              "machine": machine(), "seconds_per_level": args.seconds, "results": {}}
+              "small_batches": not args.no_small_batches, "machine": machine(), "seconds_per_level": args.seconds,
+              "results": {}}
     for vocoder, server in servers.items():
         runs = rounds[vocoder]
         gain = [h["throughput_audio_seconds_per_second"] / max(l["throughput_audio_seconds_per_second"], 1e-9)

@@ -13,6 +13,7 @@ graph), so the same code runs in ``prepare``, inside ``tf.data`` maps and at syn
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from pathlib import Path
@@ -286,6 +287,21 @@ class MelFrontend:
         if self.log_compression == "log10":
             return tf.math.log(tf.math.maximum(mel, self.log_floor)) / tf.math.log(tf.constant(10.0, mel.dtype))
         return mel
+
+    @functools.cached_property
+    def inverse_mel_matrix(self) -> np.ndarray:
+        """Least-squares inverse of the slaney filterbank ``[n_mels, n_fft // 2 + 1]`` (computed once, in float64;
+        numpy, so each graph that uses it embeds its own constant)."""
+        return np.linalg.pinv(self.mel_matrix.numpy().astype(np.float64)).astype(np.float32)
+
+    def pseudo_inverse_magnitude(self, log_mel: tf.Tensor) -> tf.Tensor:
+        """Linear STFT magnitude estimate of a log mel: ``[..., n_mels]`` -> ``[..., n_fft // 2 + 1]``, >= 0.
+
+        What Griffin-Lim inverts, and the prior a vocoder's magnitude head may predict a residual over."""
+        mel = self.decompress(log_mel)
+        inverse = tf.constant(self.inverse_mel_matrix, dtype=mel.dtype)  # [n_mels, n_fft // 2 + 1]
+        spectrum = tf.math.maximum(tf.linalg.matmul(mel, inverse), 0.0)  # |S| ** mel_power
+        return spectrum if self.mel_power == 1.0 else tf.math.pow(spectrum, 1.0 / self.mel_power)
 
     def decompress(self, log_mel: tf.Tensor) -> tf.Tensor:
         """Inverse of ``compress`` (values below the floor come back as the floor)."""

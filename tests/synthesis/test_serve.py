@@ -66,7 +66,7 @@ def server(parallel_run):  # noqa: F811
 
     synthesizer = Synthesizer.from_run(parallel_run, batch_size=4)
     engine = SpeechEngine(synthesizer, {"linda": bundled_wavs(1)[0]}, batch_size=4,
-                          limits=ServerLimits(max_characters=600))
+                          limits=ServerLimits(max_characters=600), smaller_batch_sizes=(1,))
     # what each text sounds like alone (before the engine thread shares the synthesizer)
     expected = {text: to_pcm16(synthesizer.synthesize_long(text, bundled_wavs(1)[0])[0].waveform)
                 for text in [TWO_SENTENCES, *CLIENT_TEXTS]}
@@ -115,6 +115,12 @@ def test_speech_streams_wav_and_pcm_equal_to_synthesize_long(server):
     assert status == 200 and headers["x-sample-rate"] == "22050" and pcm == wav[44:]
     status, _, fast = _post(url, {"input": TWO_SENTENCES, "voice": "linda", "response_format": "pcm", "speed": 2.0})
     assert status == 200 and 0.35 * len(pcm) < len(fast) < 0.7 * len(pcm)  # durations halved, pauses kept
+    # a lone one-sentence request on an idle engine is decoded at the compiled batch size 1, not padded to 4
+    before = _health(url)["batches_by_size"]
+    status, _, alone = _post(url, {"input": CLIENT_TEXTS[0], "voice": "linda", "response_format": "pcm"})
+    after = _health(url)["batches_by_size"]
+    assert status == 200 and _snr(expected[CLIENT_TEXTS[0]], alone) >= 30
+    assert after == {**before, "1": before["1"] + 1}
     assert _health(url)["compiles_after_warmup"] == 0
 
 

@@ -298,7 +298,7 @@ def test_sigterm_lets_a_short_stream_finish_cuts_a_stalled_one_and_exits_0(paral
     with open(log_path, "wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "myxtts", "serve", "--run", str(parallel_run), "--voice",
                                     f"linda={bundled_wavs(1)[0]}", "--port", str(port), "--max-characters", "8000",
-                                    "--shutdown-grace", str(grace)], stdout=log, stderr=subprocess.STDOUT)
+                                    "--shutdown-grace", str(grace), "--no-small-batches"], stdout=log, stderr=subprocess.STDOUT)
     cleanup = contextlib.ExitStack()
     try:
         _wait_until(lambda: process.poll() is not None or _accepts(port), 300)

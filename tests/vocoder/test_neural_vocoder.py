@@ -194,6 +194,33 @@ def test_istftnet_family_trains_loads_and_learns(vocoder_cfg, tmp_path):
     assert _held_out_mel_error(cfg, trained) < 0.75 * _held_out_mel_error(cfg, untrained)
 
 
+def test_magnitude_prior_starts_from_the_mels_envelope_and_is_part_of_the_generator(vocoder_cfg, tmp_path):
+    """``vocoder.magnitude_prior``: untrained, the generator's magnitude is the mel's pseudo-inverse (Griffin-Lim's),
+    its head a residual starting at 0; a vocoder trained with it is refused by a config without it (the same weights
+    would mean another spectrum), and the key is refused for the iSTFTNet family."""
+    from myxtts.vocoder.generators import PRIOR_FLOOR, build_generator
+    from myxtts.vocoder.griffin_lim import GriffinLim
+    from myxtts.vocoder.neural import VocoderError, restore_generator, save_vocoder
+
+    with_prior = vocoder_cfg.replace(vocoder=dataclasses.replace(vocoder_cfg.vocoder, magnitude_prior=True))
+    prior_generator, plain_generator = build_generator(with_prior), build_generator(vocoder_cfg)
+    frontend = MelFrontend(vocoder_cfg.audio)
+    wave = load_audio(bundled_wavs(1)[0], vocoder_cfg.audio.sample_rate)[:30000]
+    log_mel = frontend(wave)[tf.newaxis]  # [1, frames, n_mels]
+    expected = np.maximum(GriffinLim(vocoder_cfg.audio).magnitude(log_mel).numpy(), PRIOR_FLOOR)
+    np.testing.assert_allclose(prior_generator.spectrum(log_mel)[0].numpy(), expected, rtol=1e-4, atol=1e-7)
+    plain = plain_generator.spectrum(log_mel)[0].numpy()
+    assert np.median(np.abs(np.log(plain) - np.log(expected))) > 1.0  # without it: nowhere near the envelope
+    save_vocoder(tmp_path / "prior", with_prior, prior_generator)
+    with pytest.raises(VocoderError, match=r"magnitude_prior True \(this config: False\)"):
+        restore_generator(tmp_path / "prior", vocoder_cfg, plain_generator)
+    restore_generator(tmp_path / "prior", with_prior, build_generator(with_prior))
+    raw = with_prior.to_dict()
+    raw["vocoder"] = {**raw["vocoder"], "family": "istftnet", "dim": None, "intermediate_dim": None, "layers": None}
+    with pytest.raises(ValueError, match="vocoder.magnitude_prior' is read only by another vocoder family"):
+        config_from_dict(raw, base_dir=vocoder_cfg.base_dir)
+
+
 def test_resume_continues_from_the_checkpoint(vocoder_cfg, trained_vocoder, tmp_path):
     from myxtts.training.vocoder_trainer import VocoderTrainingError, train_vocoder
 

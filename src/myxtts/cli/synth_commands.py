@@ -184,7 +184,10 @@ def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:
               help="Interface to bind (127.0.0.1: this machine only; 0.0.0.0 exposes the server).")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Sentences (of any requests) decoded together in one compiled call.")
+              help="Most sentences (of any requests) decoded together in one compiled call.")
+@click.option("--small-batches/--no-small-batches", default=True, show_default=True,
+              help="Also compile the powers of two below --batch-size at start-up: fewer queued sentences are "
+                   "decoded at the smallest size that holds them, not padded to --batch-size (a longer start-up).")
 @click.option("--max-characters", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Longest input a request may send, in characters (400 beyond).")
 @click.option("--max-pieces", type=click.IntRange(min=1), default=128, show_default=True,
@@ -208,9 +211,9 @@ def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:
                    "cut the rest, exit 0 (a second signal cuts them at once).")
 @vocoder_option()
 @clean_errors(ValueError, OSError)
-def serve_command(run_dir, voice_specs, host, port, batch_size, max_characters, max_pieces, max_body_bytes,
-                  header_timeout, body_timeout, max_requests_in_flight, max_queued_pieces, send_timeout, shutdown_grace,
-                  vocoder_path) -> None:
+def serve_command(run_dir, voice_specs, host, port, batch_size, small_batches, max_characters, max_pieces,
+                  max_body_bytes, header_timeout, body_timeout, max_requests_in_flight, max_queued_pieces, send_timeout,
+                  shutdown_grace, vocoder_path) -> None:
     """An HTTP server: OpenAI-compatible POST /v1/audio/speech streamed sentence by sentence, GET /health
     (needs the serve extra: pip install -e '.[serve]'). Every limit is answered in OpenAI's error shape."""
     try:
@@ -230,8 +233,11 @@ def serve_command(run_dir, voice_specs, host, port, batch_size, max_characters, 
 
     synthesizer = Synthesizer.from_run(run_dir, batch_size=batch_size)
     synthesizer.vocoder = load_vocoder(vocoder_path, synthesizer.cfg.audio, f"the acoustic model {run_dir}")
-    engine = SpeechEngine(synthesizer, voices, batch_size=batch_size, limits=limits)
-    click.echo(f"warm-up: {engine.compiles_at_warmup} compiled functions in {engine.warmup_seconds:.1f} s; voices "
+    powers = [2 ** power for power in range(batch_size.bit_length())]
+    smaller = [size for size in powers if size < batch_size] if small_batches else []
+    engine = SpeechEngine(synthesizer, voices, batch_size=batch_size, limits=limits, smaller_batch_sizes=smaller)
+    click.echo(f"warm-up: {engine.compiles_at_warmup} compiled functions (batch sizes {engine.batch_sizes}) in "
+               f"{engine.warmup_seconds:.1f} s; voices "
                f"{sorted(voices)}; serving on http://{host}:{port} (POST /v1/audio/speech, GET /health)")
     try:
         serve(engine, host=host, port=port, shutdown_grace=shutdown_grace)

@@ -170,6 +170,8 @@ class VocoderConfig:
     intermediate_dim: int | None = None  # vocos: ConvNeXt block's inner width
     layers: int | None = None  # vocos: ConvNeXt blocks
     kernel_size: int = 7  # vocos: depthwise convolution over frames
+    # vocos: the head predicts the log magnitude as a residual over the mel's pseudo-inverse (FreeV) instead of alone
+    magnitude_prior: bool = False
     upsample_rates: tuple[int, ...] = (8, 8)  # istftnet: transposed-convolution rates (their product divides the hop)
     upsample_channels: int | None = None  # istftnet: width before the first upsampling (halved by each)
     resblock_kernels: tuple[int, ...] | None = None  # istftnet: one residual block per kernel size, averaged

@@ -184,7 +184,7 @@ def _check_vocoder_keys(cfg: Config) -> Config:
 
 
 # keys that only one vocoder family reads: set to anything but the default for the other family, they are rejected
-VOCOS_ONLY_KEYS = ("dim", "intermediate_dim", "layers", "kernel_size")
+VOCOS_ONLY_KEYS = ("dim", "intermediate_dim", "layers", "kernel_size", "magnitude_prior")
 ISTFTNET_ONLY_KEYS = ("upsample_rates", "upsample_channels", "resblock_kernels", "resblock_dilations")
 
 

@@ -3,7 +3,9 @@
 A request's text is split into pieces (``Synthesizer._split``) and its pieces join one queue shared by all requests.
 One engine thread owns the decoder: it takes up to ``batch_size`` queued pieces (whoever they belong to, each with
 its own voice and speed) in priority order (``_priority``), decodes them in one compiled call per bucket
-(``_decode_tokens``: every function was traced at start-up by ``warm_up``) and puts each piece's mel on the
+(``_decode_tokens``: every function was traced at start-up by ``warm_up``) at the smallest compiled batch size that
+holds them (``batch_sizes``: ``batch_size`` and any smaller sizes given, so a lone piece under light load is not
+decoded as a full batch of padding) and puts each piece's mel on the
 vocoder queue, which ``vocoder_threads`` threads take in the same priority order (TF ops release the GIL: the next
 batch decodes while the last is vocoded, on the other core); each delivers its audio to its request's stream
 (``speech_stream.py``: the stream yields pieces in order, each followed by its pause, as 16-bit PCM).
@@ -109,13 +111,20 @@ class SpeechEngine:
     """Owns a ``Synthesizer``; ``submit`` from any thread, audio comes back on the stream."""
 
     def __init__(self, synthesizer: Synthesizer, voices: dict[str, "str | os.PathLike | list"], batch_size: int = 4,
-                 limits: ServerLimits | None = None, vocoder_threads: int = 2):
+                 limits: ServerLimits | None = None, vocoder_threads: int = 2, smaller_batch_sizes: tuple = ()):
+        """``batch_size``: the most pieces decoded in one call; ``smaller_batch_sizes``: sizes below it also compiled
+        at warm-up, a batch of fewer pieces being decoded at the smallest compiled size that holds it."""
         if not voices:
             raise ValueError("Give at least one voice (--voice NAME=CLIP.wav): requests choose one by name.")
         if batch_size < 1 or vocoder_threads < 1:
             raise ValueError(f"batch_size and vocoder_threads must be at least 1, got {batch_size} and "
                              f"{vocoder_threads}.")
+        if any(not 1 <= size < batch_size for size in smaller_batch_sizes):
+            raise ValueError(f"smaller_batch_sizes must be between 1 and batch_size - 1 ({batch_size - 1}), got "
+                             f"{list(smaller_batch_sizes)}.")
         self.synthesizer, self.batch_size, self.limits = synthesizer, batch_size, limits or ServerLimits()
+        self.batch_sizes = sorted({*smaller_batch_sizes, batch_size})  # every size compiled at warm-up
+        self.batches_by_size = {size: 0 for size in self.batch_sizes}  # batches decoded at each size
         # a piece predicted past data.max_mel_frames is cut there: one such piece must not fail the other
         # requests that share its batch (pieces are sized to fit, so this is rare)
         synthesizer.truncate_long = True
@@ -134,7 +143,8 @@ class SpeechEngine:
         self._wake = threading.Condition()  # guards all of the above; notified on every change a thread waits for
         self._closed = False
         started = time.perf_counter()
-        synthesizer.warm_up(batch_size=batch_size)
+        for size in self.batch_sizes:
+            synthesizer.warm_up(batch_size=size)
         self.vocode(np.zeros([2, synthesizer.cfg.audio.n_mels], np.float32))  # the vocoder's one graph too
         self.warmup_seconds = time.perf_counter() - started
         self.compiles_at_warmup = self.compiles()
@@ -274,10 +284,12 @@ class SpeechEngine:
     def _run(self) -> None:
         while (batch := self._take()) is not None:
             started = time.perf_counter()
+            size = min(size for size in self.batch_sizes if size >= len(batch))  # the smallest compiled that holds it
+            self.batches_by_size[size] += 1
             try:
                 results = self.synthesizer._decode_tokens(
                     [piece.tokens for piece in batch], [piece.voice.latents for piece in batch],
-                    batch_size=self.batch_size, length_scales=[piece.scale for piece in batch])
+                    batch_size=size, length_scales=[piece.scale for piece in batch])
             except Exception as err:  # noqa: BLE001  one bad batch fails its requests, never the engine
                 results = None
                 for piece in batch:

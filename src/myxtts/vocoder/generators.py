@@ -7,6 +7,10 @@ the STFT of the waveform as a log magnitude and a phase angle; an inverse STFT w
 hop (``InverseStft``) turns it into samples. The output is aligned like Griffin-Lim's: frame ``k`` is centred on
 sample ``k * hop``, so ``MelFrontend`` of the output gives back the input's frame count.
 
+With ``vocoder.magnitude_prior`` (FreeV, Lv et al. 2024) the head's log magnitude is a residual over the log of the
+mel's pseudo-inverse (``MelFrontend.pseudo_inverse_magnitude``, Griffin-Lim's magnitude): the untrained generator
+already has the right spectral envelope, and training spends its steps on phase and fine detail.
+
 The generator normalises its input with per-bin statistics it stores as (non-trainable) weights, so it reads the
 plain log mel of ``MelFrontend`` whatever normalisation the acoustic model used.
 
@@ -25,6 +29,8 @@ import tensorflow as tf
 
 from myxtts.model.layers import BuiltByFirstCall
 from myxtts.vocoder.istft import MAX_LOG_MAGNITUDE, InverseStft
+
+PRIOR_FLOOR = 1e-5  # the prior's magnitude is clipped here before its log (bins the pseudo-inverse leaves at 0)
 
 @dataclasses.dataclass(frozen=True)
 class VocosSize:
@@ -64,15 +70,29 @@ class ConvNeXtBlock(BuiltByFirstCall, keras.layers.Layer):
         return residual + self.layer_scale * x
 
 
+def _zero_first_columns(count: int) -> keras.initializers.Initializer:
+    """Glorot-uniform, with the first ``count`` output columns zero (a residual head that starts at its prior)."""
+
+    class ZeroFirstColumns(keras.initializers.Initializer):
+        def __call__(self, shape: Any, dtype: Any = None) -> tf.Tensor:
+            kernel = keras.initializers.GlorotUniform()(shape, dtype)  # [inputs, outputs]
+            return tf.concat([tf.zeros_like(kernel[:, :count]), kernel[:, count:]], axis=1)
+
+    return ZeroFirstColumns()
+
+
 class VocosGenerator(BuiltByFirstCall, keras.Model):
     """See the module docstring. ``generator(log_mel)``: ``[batch, frames, n_mels]`` -> ``[batch, samples]``."""
 
     family = "vocos"
 
     def __init__(self, n_mels: int, n_fft: int, hop_length: int, window: np.ndarray, size: VocosSize,
-                 kernel_size: int = 7, **kwargs: Any) -> None:
+                 kernel_size: int = 7, magnitude_prior: Any = None, **kwargs: Any) -> None:
+        """``magnitude_prior``: the ``MelFrontend`` whose pseudo-inverse magnitude the head refines (None: the head
+        predicts the log magnitude alone)."""
         super().__init__(**kwargs)
         self.n_mels, self.n_fft, self.hop_length, self.size = n_mels, n_fft, hop_length, size
+        self.prior_frontend = magnitude_prior
         # per-bin statistics of the training corpus' log mels: set once by the trainer, saved with the weights
         self.mel_mean = self.add_weight(shape=(n_mels,), initializer="zeros", trainable=False, name="mel_mean")
         self.mel_std = self.add_weight(shape=(n_mels,), initializer="ones", trainable=False, name="mel_std")
@@ -81,21 +101,30 @@ class VocosGenerator(BuiltByFirstCall, keras.Model):
         self.blocks = [ConvNeXtBlock(size.dim, size.intermediate_dim, kernel_size, 1.0 / size.layers,
                                      name=f"block_{index}") for index in range(size.layers)]
         self.final_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="final_norm")
-        self.head = keras.layers.Dense(n_fft + 2, name="head")  # log magnitude and phase of n_fft // 2 + 1 bins
+        # log magnitude and phase of n_fft // 2 + 1 bins; over a prior, the magnitude residual starts at 0
+        head_init = _zero_first_columns(n_fft // 2 + 1) if magnitude_prior is not None else "glorot_uniform"
+        self.head = keras.layers.Dense(n_fft + 2, kernel_initializer=head_init, name="head")
         self.istft = InverseStft(n_fft, hop_length, window, name="istft")
 
     def set_mel_statistics(self, mean: np.ndarray, std: np.ndarray) -> None:
         self.mel_mean.assign(np.asarray(mean, np.float32))
         self.mel_std.assign(np.asarray(std, np.float32))
 
-    def call(self, log_mel: tf.Tensor, training: bool = False) -> tf.Tensor:
+    def spectrum(self, log_mel: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """The predicted STFT: linear magnitude and phase angle, each ``[batch, frames, n_fft // 2 + 1]``."""
         x = (log_mel - self.mel_mean) / self.mel_std  # [batch, frames, n_mels]
         x = self.embed_norm(self.embed(x))  # [batch, frames, dim]
         for block in self.blocks:
             x = block(x)
         x = self.head(self.final_norm(x))  # [batch, frames, n_fft + 2]
         log_magnitude, phase = tf.split(x, 2, axis=-1)  # each [batch, frames, n_fft // 2 + 1]
-        magnitude = tf.exp(tf.minimum(log_magnitude, MAX_LOG_MAGNITUDE))
+        if self.prior_frontend is not None:
+            prior = self.prior_frontend.pseudo_inverse_magnitude(log_mel)  # [batch, frames, n_fft // 2 + 1]
+            log_magnitude = log_magnitude + tf.math.log(tf.maximum(prior, PRIOR_FLOOR))
+        return tf.exp(tf.minimum(log_magnitude, MAX_LOG_MAGNITUDE)), phase
+
+    def call(self, log_mel: tf.Tensor, training: bool = False) -> tf.Tensor:
+        magnitude, phase = self.spectrum(log_mel)
         return self.istft(magnitude * tf.cos(phase), magnitude * tf.sin(phase))  # [batch, (frames - 1) * hop]
 
 
@@ -106,7 +135,12 @@ def generator_sizes(vocoder_cfg: Any) -> dict[str, Any]:
 
         return {key: list(value) if isinstance(value, tuple) else value
                 for key, value in dataclasses.asdict(istftnet_size(vocoder_cfg)).items()}
-    return {**dataclasses.asdict(vocos_size(vocoder_cfg)), "kernel_size": vocoder_cfg.kernel_size}
+    return {**dataclasses.asdict(vocos_size(vocoder_cfg)), "kernel_size": vocoder_cfg.kernel_size,
+            "magnitude_prior": vocoder_cfg.magnitude_prior}
+
+
+# what a vocoder.json written before a size key existed meant by its absence
+SIZE_DEFAULTS = {"magnitude_prior": False}
 
 
 def build_generator(cfg: Any) -> keras.Model:
@@ -120,9 +154,10 @@ def build_generator(cfg: Any) -> keras.Model:
 
         generator = ISTFTNetGenerator(a.n_mels, a.hop_length, istftnet_size(v), name="istftnet_generator")
     else:
-        window = MelFrontend(a).window.numpy()  # the analysis window: the inverse uses the same
+        frontend = MelFrontend(a)
+        window = frontend.window.numpy()  # the analysis window: the inverse uses the same
         generator = VocosGenerator(a.n_mels, a.n_fft, a.hop_length, window, vocos_size(v), v.kernel_size,
-                                   name="vocos_generator")
+                                   magnitude_prior=frontend if v.magnitude_prior else None, name="vocos_generator")
     generator(tf.zeros([1, 4, a.n_mels]))  # creates the weights
     track_listed_layers(generator)  # layers held in lists (blocks, stages): checkpoint children too
     return generator

@@ -34,10 +34,6 @@ class GriffinLim(Vocoder):
         self.n_fft = audio_cfg.n_fft
         self.hop_length = audio_cfg.hop_length
         self.n_mels = audio_cfg.n_mels
-        self.mel_power = float(audio_cfg.mel_power)
-        # [n_mels, n_fft // 2 + 1]: least-squares inverse of the slaney filterbank (computed once, float64)
-        self.inverse_mel_matrix = tf.constant(
-            np.linalg.pinv(self.frontend.mel_matrix.numpy().astype(np.float64)).astype(np.float32))
         self._inverse_window_fn = tf.signal.inverse_stft_window_fn(
             self.hop_length, forward_window_fn=self.frontend._window_fn)
         self._single = tf.function(
@@ -52,9 +48,7 @@ class GriffinLim(Vocoder):
 
     def magnitude(self, log_mel: tf.Tensor) -> tf.Tensor:
         """Linear STFT magnitude estimate: ``[batch, frames, n_mels]`` -> ``[batch, frames, n_fft // 2 + 1]``."""
-        mel = self.frontend.decompress(log_mel)
-        spectrum = tf.math.maximum(tf.linalg.matmul(mel, self.inverse_mel_matrix), 0.0)  # |S| ** mel_power
-        return spectrum if self.mel_power == 1.0 else tf.math.pow(spectrum, 1.0 / self.mel_power)
+        return self.frontend.pseudo_inverse_magnitude(log_mel)
 
     def _stft(self, padded_wave: tf.Tensor) -> tf.Tensor:
         return tf.signal.stft(padded_wave, frame_length=self.n_fft, frame_step=self.hop_length,

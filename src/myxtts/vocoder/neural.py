@@ -152,10 +152,10 @@ def restore_generator(path: str | Path, cfg: Any, generator: Any, discriminators
     vocoder). Its sizes and audio settings must be ``cfg``'s. Returns what was restored, for the run's record."""
     source_cfg, record = read_vocoder_dir(path)
     check_audio_match(path, record["audio"], "this config's cache", cfg.audio)
-    from myxtts.vocoder.generators import generator_sizes
+    from myxtts.vocoder.generators import SIZE_DEFAULTS, generator_sizes
 
     ours = {"family": cfg.vocoder.family, **generator_sizes(cfg.vocoder)}
-    theirs = {key: record.get(key) for key in ours}
+    theirs = {key: record.get(key, SIZE_DEFAULTS.get(key)) for key in ours}
     if theirs != ours:
         differing = ", ".join(f"{key} {theirs[key]} (this config: {ours[key]})" for key in ours
                               if theirs[key] != ours[key])
