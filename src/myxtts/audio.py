@@ -298,9 +298,9 @@ class MelFrontend:
         """Linear STFT magnitude estimate of a log mel: ``[..., n_mels]`` -> ``[..., n_fft // 2 + 1]``, >= 0.
 
         What Griffin-Lim inverts, and the prior a vocoder's magnitude head may predict a residual over."""
-        mel = self.decompress(log_mel)
+        mel = self.decompress(log_mel)  # [..., n_mels]
         inverse = tf.constant(self.inverse_mel_matrix, dtype=mel.dtype)  # [n_mels, n_fft // 2 + 1]
-        spectrum = tf.math.maximum(tf.linalg.matmul(mel, inverse), 0.0)  # |S| ** mel_power
+        spectrum = tf.math.maximum(tf.linalg.matmul(mel, inverse), 0.0)  # [..., n_fft // 2 + 1]: |S| ** mel_power
         return spectrum if self.mel_power == 1.0 else tf.math.pow(spectrum, 1.0 / self.mel_power)
 
     def decompress(self, log_mel: tf.Tensor) -> tf.Tensor:

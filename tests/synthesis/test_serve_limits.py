@@ -281,6 +281,15 @@ def test_serve_takes_every_limit_as_an_option_with_the_engine_defaults(tmp_path)
     assert result.exit_code == 2 and "max_pieces (600) must not exceed max_queued_pieces (500)" in result.output
 
 
+def test_serve_compiles_the_powers_of_two_below_its_batch_size_and_refuses_other_sizes():
+    from myxtts.synthesis.serving import SpeechEngine, small_batch_sizes
+
+    assert [small_batch_sizes(size) for size in (1, 2, 4, 6, 8)] == [[], [1], [1, 2], [1, 2, 4], [1, 2, 4]]
+    for sizes in ((4,), (0, 2), (5,)):  # refused before any model is touched
+        with pytest.raises(ValueError, match="smaller_batch_sizes must be between 1 and batch_size - 1"):
+            SpeechEngine(None, {"linda": "unused.wav"}, batch_size=4, smaller_batch_sizes=sizes)
+
+
 def _accepts(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
@@ -298,7 +307,8 @@ def test_sigterm_lets_a_short_stream_finish_cuts_a_stalled_one_and_exits_0(paral
     with open(log_path, "wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "myxtts", "serve", "--run", str(parallel_run), "--voice",
                                     f"linda={bundled_wavs(1)[0]}", "--port", str(port), "--max-characters", "8000",
-                                    "--shutdown-grace", str(grace), "--no-small-batches"], stdout=log, stderr=subprocess.STDOUT)
+                                    "--shutdown-grace", str(grace), "--no-small-batches"],
+                                   stdout=log, stderr=subprocess.STDOUT)
     cleanup = contextlib.ExitStack()
     try:
         _wait_until(lambda: process.poll() is not None or _accepts(port), 300)

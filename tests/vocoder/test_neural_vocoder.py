@@ -209,6 +209,8 @@ def test_magnitude_prior_starts_from_the_mels_envelope_and_is_part_of_the_genera
     log_mel = frontend(wave)[tf.newaxis]  # [1, frames, n_mels]
     expected = np.maximum(GriffinLim(vocoder_cfg.audio).magnitude(log_mel).numpy(), PRIOR_FLOOR)
     np.testing.assert_allclose(prior_generator.spectrum(log_mel)[0].numpy(), expected, rtol=1e-4, atol=1e-7)
+    phase_kernel = prior_generator.head.kernel.numpy()[:, vocoder_cfg.audio.n_fft // 2 + 1:]
+    assert np.std(phase_kernel) > 0.01  # only the magnitude residual starts at zero, the phase does not
     plain = plain_generator.spectrum(log_mel)[0].numpy()
     assert np.median(np.abs(np.log(plain) - np.log(expected))) > 1.0  # without it: nowhere near the envelope
     save_vocoder(tmp_path / "prior", with_prior, prior_generator)
@@ -232,6 +234,10 @@ def test_resume_continues_from_the_checkpoint(vocoder_cfg, trained_vocoder, tmp_
     with pytest.raises(VocoderTrainingError, match="--resume"):
         train_vocoder(other, copy, progress=False, echo=lambda line: None)
     assert (copy / "config.yaml").read_bytes() == config  # the refused config is not written over the run's
+    flipped = vocoder_cfg.replace(vocoder=dataclasses.replace(vocoder_cfg.vocoder, magnitude_prior=True))
+    with pytest.raises(VocoderTrainingError, match=r"magnitude_prior False \(this config: True\)"):
+        train_vocoder(flipped, copy, resume=True, progress=False, echo=lambda line: None)  # same shapes, other meaning
+    assert (copy / "config.yaml").read_bytes() == config
     longer = vocoder_cfg.replace(training=dataclasses.replace(vocoder_cfg.training, max_steps=250,
                                                               validate_every=1000, summary_every=0))
     summary = train_vocoder(longer, copy, resume=True, progress=False, echo=lambda line: None)

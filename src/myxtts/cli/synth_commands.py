@@ -184,7 +184,7 @@ def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:
               help="Interface to bind (127.0.0.1: this machine only; 0.0.0.0 exposes the server).")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Most sentences (of any requests) decoded together in one compiled call.")
+              help="At most this many sentences (of any requests) decoded together in one compiled call.")
 @click.option("--small-batches/--no-small-batches", default=True, show_default=True,
               help="Also compile the powers of two below --batch-size at start-up: fewer queued sentences are "
                    "decoded at the smallest size that holds them, not padded to --batch-size (a longer start-up).")
@@ -222,7 +222,7 @@ def serve_command(run_dir, voice_specs, host, port, batch_size, small_batches, m
         raise ValueError(f"myxtts serve needs FastAPI and uvicorn ({err}): pip install -e '.[serve]'.") from None
     from myxtts.synthesis import Synthesizer
     from myxtts.synthesis.server_limits import ServerLimits
-    from myxtts.synthesis.serving import SpeechEngine
+    from myxtts.synthesis.serving import SpeechEngine, small_batch_sizes
 
     limits = ServerLimits(max_body_bytes=max_body_bytes, header_timeout=header_timeout, body_timeout=body_timeout,
                           max_characters=max_characters,
@@ -233,9 +233,8 @@ def serve_command(run_dir, voice_specs, host, port, batch_size, small_batches, m
 
     synthesizer = Synthesizer.from_run(run_dir, batch_size=batch_size)
     synthesizer.vocoder = load_vocoder(vocoder_path, synthesizer.cfg.audio, f"the acoustic model {run_dir}")
-    powers = [2 ** power for power in range(batch_size.bit_length())]
-    smaller = [size for size in powers if size < batch_size] if small_batches else []
-    engine = SpeechEngine(synthesizer, voices, batch_size=batch_size, limits=limits, smaller_batch_sizes=smaller)
+    engine = SpeechEngine(synthesizer, voices, batch_size=batch_size, limits=limits,
+                          smaller_batch_sizes=small_batch_sizes(batch_size) if small_batches else ())
     click.echo(f"warm-up: {engine.compiles_at_warmup} compiled functions (batch sizes {engine.batch_sizes}) in "
                f"{engine.warmup_seconds:.1f} s; voices "
                f"{sorted(voices)}; serving on http://{host}:{port} (POST /v1/audio/speech, GET /health)")

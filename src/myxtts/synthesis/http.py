@@ -159,7 +159,7 @@ def create_app(engine: SpeechEngine) -> Any:
     @app.get("/health")
     async def health():
         return {"status": "ok", "voices": sorted(engine.voices), "sample_rate": engine.synthesizer.sample_rate,
-                "batch_size": engine.batch_size, "batches_by_size": engine.batches_by_size,
+                "batch_size": engine.batch_size, "batches_by_size": engine.batches_by_size(),
                 "compiles_after_warmup": engine.compiles_after_warmup(),
                 "queued_pieces": engine.queued(), "backlog": engine.backlog(), "pieces_served": engine.served,
                 "pieces_dropped": engine.dropped, "pieces_vocoded_after_cancel": engine.vocoded_after_cancel,

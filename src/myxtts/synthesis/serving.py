@@ -2,10 +2,10 @@
 
 A request's text is split into pieces (``Synthesizer._split``) and its pieces join one queue shared by all requests.
 One engine thread owns the decoder: it takes up to ``batch_size`` queued pieces (whoever they belong to, each with
-its own voice and speed) in priority order (``_priority``), decodes them in one compiled call per bucket
+its own voice and speed) in priority order (``_priority``) and decodes them in one compiled call per bucket
 (``_decode_tokens``: every function was traced at start-up by ``warm_up``) at the smallest compiled batch size that
-holds them (``batch_sizes``: ``batch_size`` and any smaller sizes given, so a lone piece under light load is not
-decoded as a full batch of padding) and puts each piece's mel on the
+holds them (``batch_sizes``: ``batch_size`` and the smaller sizes given, so that under light load a lone piece is
+not decoded as a full batch of padding) and puts each piece's mel on the
 vocoder queue, which ``vocoder_threads`` threads take in the same priority order (TF ops release the GIL: the next
 batch decodes while the last is vocoded, on the other core); each delivers its audio to its request's stream
 (``speech_stream.py``: the stream yields pieces in order, each followed by its pause, as 16-bit PCM).
@@ -32,6 +32,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -42,7 +43,14 @@ from myxtts.synthesis.synthesizer import Synthesizer
 from myxtts.synthesis.text_split import UnsplittableTextError
 from myxtts.text import TextError
 
-__all__ = ["EngineBusyError", "SpeechEngine", "SpeechRequestError", "SpeechStream", "to_pcm16", "wav_header"]
+__all__ = ["EngineBusyError", "SpeechEngine", "SpeechRequestError", "SpeechStream", "small_batch_sizes", "to_pcm16",
+           "wav_header"]
+
+def small_batch_sizes(batch_size: int) -> list[int]:
+    """The powers of two below ``batch_size``: what ``serve`` compiles besides it (1 -> [], 4 -> [1, 2], 6 ->
+    [1, 2, 4])."""
+    return [2 ** exponent for exponent in range(batch_size.bit_length()) if 2 ** exponent < batch_size]
+
 
 # the longest wait for one piece's audio before its request fails (the engine is stuck or far behind)
 PIECE_READY_TIMEOUT = 300.0
@@ -111,7 +119,8 @@ class SpeechEngine:
     """Owns a ``Synthesizer``; ``submit`` from any thread, audio comes back on the stream."""
 
     def __init__(self, synthesizer: Synthesizer, voices: dict[str, "str | os.PathLike | list"], batch_size: int = 4,
-                 limits: ServerLimits | None = None, vocoder_threads: int = 2, smaller_batch_sizes: tuple = ()):
+                 limits: ServerLimits | None = None, vocoder_threads: int = 2,
+                 smaller_batch_sizes: Sequence[int] = ()):
         """``batch_size``: the most pieces decoded in one call; ``smaller_batch_sizes``: sizes below it also compiled
         at warm-up, a batch of fewer pieces being decoded at the smallest compiled size that holds it."""
         if not voices:
@@ -124,7 +133,7 @@ class SpeechEngine:
                              f"{list(smaller_batch_sizes)}.")
         self.synthesizer, self.batch_size, self.limits = synthesizer, batch_size, limits or ServerLimits()
         self.batch_sizes = sorted({*smaller_batch_sizes, batch_size})  # every size compiled at warm-up
-        self.batches_by_size = {size: 0 for size in self.batch_sizes}  # batches decoded at each size
+        self._batches_by_size = {size: 0 for size in self.batch_sizes}  # batches decoded at each size
         # a piece predicted past data.max_mel_frames is cut there: one such piece must not fail the other
         # requests that share its batch (pieces are sized to fit, so this is rare)
         synthesizer.truncate_long = True
@@ -160,6 +169,11 @@ class SpeechEngine:
                           for i in range(vocoder_threads)]
         for thread in self._threads:
             thread.start()
+
+    def batches_by_size(self) -> dict[int, int]:
+        """Batches decoded so far at each compiled batch size."""
+        with self._wake:
+            return dict(self._batches_by_size)
 
     def compiles(self) -> int:
         return self.synthesizer.tracing_count() + self.synthesizer.vocoder.tracing_count()
@@ -284,12 +298,11 @@ class SpeechEngine:
     def _run(self) -> None:
         while (batch := self._take()) is not None:
             started = time.perf_counter()
-            size = min(size for size in self.batch_sizes if size >= len(batch))  # the smallest compiled that holds it
-            self.batches_by_size[size] += 1
+            rows = min(size for size in self.batch_sizes if size >= len(batch))  # the smallest compiled that holds it
             try:
                 results = self.synthesizer._decode_tokens(
                     [piece.tokens for piece in batch], [piece.voice.latents for piece in batch],
-                    batch_size=size, length_scales=[piece.scale for piece in batch])
+                    batch_size=rows, length_scales=[piece.scale for piece in batch])
             except Exception as err:  # noqa: BLE001  one bad batch fails its requests, never the engine
                 results = None
                 for piece in batch:
@@ -298,6 +311,7 @@ class SpeechEngine:
                 self._decoding = 0
                 self._decode_seconds = 0.9 * self._decode_seconds + 0.1 * (time.perf_counter() - started) / len(batch)
                 self.served += len(batch) if results is not None else 0
+                self._batches_by_size[rows] += results is not None
                 for piece, result in zip(batch, results or ()):
                     piece.stream.decoded += 1
                     if piece.stream.cancelled:  # cancelled while its batch was decoding

@@ -1,4 +1,5 @@
-"""The vocoder trainer (``myxtts train-vocoder``): a GAN in named stages: config, data, model, checkpoint, compile, loop.
+"""The vocoder trainer (``myxtts train-vocoder``): a GAN in named stages (config, data, model, checkpoint, compile,
+loop).
 
 Every batch is one static shape (fixed-length segments, ``myxtts.data.vocoder_segments``), so each of the two steps
 (``training.vocoder_steps``: the generator alone for the first ``vocoder.adversarial_start_step`` steps, then the
@@ -15,6 +16,7 @@ the data iterator.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from pathlib import Path
@@ -83,6 +85,16 @@ class VocoderTrainer(StagedRun):
         if latest and not self.resume:
             raise VocoderTrainingError(f"{RunDir(self.workdir).checkpoints} already holds checkpoints ({latest}); "
                                        "pass --resume to continue that run or choose another --workdir.")
+        record_path = RunDir(self.workdir).vocoder_record
+        if latest and record_path.is_file():  # a resume continues the run's own generator, not one built otherwise
+            from myxtts.vocoder.neural import VocoderError, check_same_generator
+
+            try:
+                check_same_generator(self.workdir, json.loads(record_path.read_text(encoding="utf-8")), self.cfg,
+                                     "A resume continues the run's generator: set these keys back to the run's "
+                                     "(its config.yaml).")
+            except VocoderError as err:
+                raise VocoderTrainingError(str(err)) from None
 
     def stage_data(self) -> None:
         from myxtts.data.vocoder_segments import VocoderSegments, validation_clips
@@ -127,7 +139,8 @@ class VocoderTrainer(StagedRun):
         self.init_source = None
         if self.init_from is not None and self.restored_from is None:
             self.init_source = restore_generator(self.init_from, self.cfg, self.generator, self.discriminators)
-            self.echo(f"vocoder warm start: generator{' and discriminators' if self.init_source['discriminators'] else ''}"
+            with_discriminators = " and discriminators" if self.init_source["discriminators"] else ""
+            self.echo(f"vocoder warm start: generator{with_discriminators}"
                       f" from {self.init_source['checkpoint']}")
         save_config(self.cfg, RunDir(self.workdir).config)  # the run directory has accepted this config
         write_vocoder_json(self.workdir, self.cfg, self.generator, trained_on=str(self.cfg.cache_dir),
@@ -296,7 +309,8 @@ def format_vocoder_summary(summary: dict[str, Any]) -> str:
              f"steps/s; skipped non-finite: {summary['nonfinite_total']})",
              f"  parameters: generator {summary['parameters']['generator']:,}, discriminators "
              f"{summary['parameters']['discriminators']:,}",
-             f"  warm-up: {summary['warmup_seconds']:.1f} s; retraces after warm-up: {summary['retraces_after_warmup']}",
+             f"  warm-up: {summary['warmup_seconds']:.1f} s; "
+             f"retraces after warm-up: {summary['retraces_after_warmup']}",
              f"  input wait: {100 * summary['input_wait_share']:.1f}% of step time; trained "
              f"{summary['trained_minutes']:.1f} min in all"]
     if summary["stopped"] != "max_steps":

@@ -32,6 +32,7 @@ from myxtts.vocoder.istft import MAX_LOG_MAGNITUDE, InverseStft
 
 PRIOR_FLOOR = 1e-5  # the prior's magnitude is clipped here before its log (bins the pseudo-inverse leaves at 0)
 
+
 @dataclasses.dataclass(frozen=True)
 class VocosSize:
     dim: int
@@ -70,15 +71,18 @@ class ConvNeXtBlock(BuiltByFirstCall, keras.layers.Layer):
         return residual + self.layer_scale * x
 
 
-def _zero_first_columns(count: int) -> keras.initializers.Initializer:
+class ZeroFirstColumns(keras.initializers.Initializer):
     """Glorot-uniform, with the first ``count`` output columns zero (a residual head that starts at its prior)."""
 
-    class ZeroFirstColumns(keras.initializers.Initializer):
-        def __call__(self, shape: Any, dtype: Any = None) -> tf.Tensor:
-            kernel = keras.initializers.GlorotUniform()(shape, dtype)  # [inputs, outputs]
-            return tf.concat([tf.zeros_like(kernel[:, :count]), kernel[:, count:]], axis=1)
+    def __init__(self, count: int) -> None:
+        self.count = count
 
-    return ZeroFirstColumns()
+    def __call__(self, shape: Any, dtype: Any = None) -> tf.Tensor:
+        kernel = keras.initializers.GlorotUniform()(shape, dtype)  # [inputs, outputs]
+        return tf.concat([tf.zeros_like(kernel[:, :self.count]), kernel[:, self.count:]], axis=1)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"count": self.count}
 
 
 class VocosGenerator(BuiltByFirstCall, keras.Model):
@@ -87,12 +91,12 @@ class VocosGenerator(BuiltByFirstCall, keras.Model):
     family = "vocos"
 
     def __init__(self, n_mels: int, n_fft: int, hop_length: int, window: np.ndarray, size: VocosSize,
-                 kernel_size: int = 7, magnitude_prior: Any = None, **kwargs: Any) -> None:
-        """``magnitude_prior``: the ``MelFrontend`` whose pseudo-inverse magnitude the head refines (None: the head
-        predicts the log magnitude alone)."""
+                 kernel_size: int = 7, prior_frontend: Any = None, **kwargs: Any) -> None:
+        """``prior_frontend``: the ``MelFrontend`` whose pseudo-inverse magnitude the head refines
+        (``vocoder.magnitude_prior``; None: the head predicts the log magnitude alone)."""
         super().__init__(**kwargs)
         self.n_mels, self.n_fft, self.hop_length, self.size = n_mels, n_fft, hop_length, size
-        self.prior_frontend = magnitude_prior
+        self.prior_frontend = prior_frontend
         # per-bin statistics of the training corpus' log mels: set once by the trainer, saved with the weights
         self.mel_mean = self.add_weight(shape=(n_mels,), initializer="zeros", trainable=False, name="mel_mean")
         self.mel_std = self.add_weight(shape=(n_mels,), initializer="ones", trainable=False, name="mel_std")
@@ -102,8 +106,8 @@ class VocosGenerator(BuiltByFirstCall, keras.Model):
                                      name=f"block_{index}") for index in range(size.layers)]
         self.final_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="final_norm")
         # log magnitude and phase of n_fft // 2 + 1 bins; over a prior, the magnitude residual starts at 0
-        head_init = _zero_first_columns(n_fft // 2 + 1) if magnitude_prior is not None else "glorot_uniform"
-        self.head = keras.layers.Dense(n_fft + 2, kernel_initializer=head_init, name="head")
+        head_initializer = ZeroFirstColumns(n_fft // 2 + 1) if prior_frontend is not None else "glorot_uniform"
+        self.head = keras.layers.Dense(n_fft + 2, kernel_initializer=head_initializer, name="head")
         self.istft = InverseStft(n_fft, hop_length, window, name="istft")
 
     def set_mel_statistics(self, mean: np.ndarray, std: np.ndarray) -> None:
@@ -157,7 +161,7 @@ def build_generator(cfg: Any) -> keras.Model:
         frontend = MelFrontend(a)
         window = frontend.window.numpy()  # the analysis window: the inverse uses the same
         generator = VocosGenerator(a.n_mels, a.n_fft, a.hop_length, window, vocos_size(v), v.kernel_size,
-                                   magnitude_prior=frontend if v.magnitude_prior else None, name="vocos_generator")
+                                   prior_frontend=frontend if v.magnitude_prior else None, name="vocos_generator")
     generator(tf.zeros([1, 4, a.n_mels]))  # creates the weights
     track_listed_layers(generator)  # layers held in lists (blocks, stages): checkpoint children too
     return generator

@@ -125,7 +125,23 @@ def read_vocoder_dir(path: str | Path) -> tuple[Any, dict[str, Any]]:
     if record.get("family") not in families:
         raise VocoderError(f"{record_path}: vocoder family {record.get('family')!r} is not one this myxtts knows "
                            f"({', '.join(families)}).")
-    return load_config(config_path), record
+    cfg = load_config(config_path)
+    check_same_generator(directory, record, cfg, f"Its {record_path.name} and {config_path.name} disagree: restore "
+                         "the files as training wrote them.")
+    return cfg, record
+
+
+def check_same_generator(path: Any, record: dict[str, Any], cfg: Any, fix: str) -> None:
+    """The generator ``record`` (a ``vocoder.json``) describes is the one ``cfg.vocoder`` builds: the family and every
+    size, the magnitude prior included (same weight shapes, another meaning). VocoderError naming each difference."""
+    from myxtts.vocoder.generators import SIZE_DEFAULTS, generator_sizes
+
+    ours = {"family": cfg.vocoder.family, **generator_sizes(cfg.vocoder)}
+    theirs = {key: record.get(key, SIZE_DEFAULTS.get(key)) for key in ours}
+    if theirs != ours:
+        differing = ", ".join(f"{key} {theirs[key]} (this config: {ours[key]})" for key in ours
+                              if theirs[key] != ours[key])
+        raise VocoderError(f"Vocoder {path} is another generator: {differing}. {fix}")
 
 
 def check_audio_match(vocoder_path: Any, vocoder_audio: dict[str, Any], acoustic_name: Any, acoustic_cfg: Any) -> None:
@@ -152,15 +168,8 @@ def restore_generator(path: str | Path, cfg: Any, generator: Any, discriminators
     vocoder). Its sizes and audio settings must be ``cfg``'s. Returns what was restored, for the run's record."""
     source_cfg, record = read_vocoder_dir(path)
     check_audio_match(path, record["audio"], "this config's cache", cfg.audio)
-    from myxtts.vocoder.generators import SIZE_DEFAULTS, generator_sizes
-
-    ours = {"family": cfg.vocoder.family, **generator_sizes(cfg.vocoder)}
-    theirs = {key: record.get(key, SIZE_DEFAULTS.get(key)) for key in ours}
-    if theirs != ours:
-        differing = ", ".join(f"{key} {theirs[key]} (this config: {ours[key]})" for key in ours
-                              if theirs[key] != ours[key])
-        raise VocoderError(f"Vocoder {path} is another generator: {differing}. Set the vocoder section's family and "
-                           "sizes (or preset) to the source's.")
+    check_same_generator(path, record, cfg, "Set the vocoder section's family, sizes (or preset) and magnitude_prior "
+                         "to the source's.")
     checkpoint = newest_checkpoint(Path(path))
     has_discriminators = discriminators is not None and "discriminators" in _checkpoint_children(checkpoint) and \
         tuple(source_cfg.vocoder.discriminator_periods) == tuple(cfg.vocoder.discriminator_periods) and \
