@@ -242,6 +242,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=75.0, help="per phase")
     parser.add_argument("--vocoder", default="griffin-lim")
+    parser.add_argument("--no-small-batches", action="store_true",
+                        help="the server compiles its batch size alone (every batch padded to it), not also the "
+                             "smaller powers of two")
     parser.add_argument("--json", default=None)
     parser.add_argument("--plot", default=None)
     args = parser.parse_args()
@@ -249,7 +252,8 @@ def main() -> None:
     log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"myxtts-serve-faults-{port}.log"
     with open(log_path, "w") as log:
         server = subprocess.Popen([sys.executable, "-m", "myxtts", "serve", "--run", args.run, "--voice",
-                                   f"voice={args.reference}", "--port", str(port), "--vocoder", args.vocoder],
+                                   f"voice={args.reference}", "--port", str(port), "--vocoder", args.vocoder,
+                                   *(["--no-small-batches"] if args.no_small_batches else [])],
                                   stdout=log, stderr=subprocess.STDOUT, env=child_environment(), cwd=REPO)
         try:
             health_at_start = wait_for(url, server)
@@ -281,7 +285,7 @@ def main() -> None:
     abuse = abusers.summary()
     report = {
         "benchmark": "serve_faults", "run": args.run, "vocoder": args.vocoder, "clients": args.clients,
-        "seconds_per_phase": args.seconds, "machine": machine(),
+        "seconds_per_phase": args.seconds, "small_batches": not args.no_small_batches, "machine": machine(),
         "phases": phases,
         "quiet": {"ttfa_p50": spread(p["ttfa_p50"] for p in quiet), "ttfa_p95": spread(p["ttfa_p95"] for p in quiet),
                   "failed": sum(p["failed"] for p in quiet), "requests": sum(p["requests"] for p in quiet)},
