@@ -61,7 +61,7 @@ def _frames(samples: int, hop: int) -> int:
     return samples // hop + 1  # GriffinLim returns (frames - 1) * hop samples
 
 
-def test_cli_writes_playable_16bit_wav(tiny_run, tmp_path):
+def test_cli_writes_playable_16bit_wav(tiny_run, synthesizer, tmp_path):
     from myxtts.cli import main
 
     out = tmp_path / "out.wav"
@@ -73,21 +73,16 @@ def test_cli_writes_playable_16bit_wav(tiny_run, tmp_path):
     wave, _ = soundfile.read(str(out), dtype="float32")
     assert np.all(np.isfinite(wave))
     assert np.sqrt(np.mean(wave ** 2)) > 1e-3  # not silent
-    from myxtts.synthesis import Synthesizer
-
-    synthesizer = Synthesizer.from_run(tiny_run)
     same = synthesizer.synthesize([TEXTS[0]], bundled_wavs(1)[0])[0]  # the API says what the CLI said
     assert _frames(len(wave), 256) == same.frames == same.durations.sum()
     # the voice's latents, one duration function, one decode function
     assert "compiled decoder graphs: 3" in result.output
 
 
-def test_several_references_of_one_voice_are_averaged(tiny_run, tmp_path):
+def test_several_references_of_one_voice_are_averaged(tiny_run, synthesizer, tmp_path):
     from myxtts.cli import main
-    from myxtts.synthesis import Synthesizer
 
     first, second = bundled_wavs(3)[1:]
-    synthesizer = Synthesizer.from_run(tiny_run)
     one, other, both = synthesizer.voice(first), synthesizer.voice(second), synthesizer.voice([first, second])
     assert not np.allclose(one, other, atol=1e-3)  # two clips give two different latents ...
     np.testing.assert_allclose(both, (one + other) / 2, atol=1e-5)  # ... the voice of both is their mean
@@ -257,13 +252,13 @@ def test_cli_errors(case, tiny_run, tmp_path):
     assert not (tmp_path / "o.wav").exists()
 
 
-def test_synthesis_is_reproducible_with_the_prenet_dropout_on(tiny_run):
+def test_synthesis_is_reproducible_with_the_prenet_dropout_on(tiny_run, synthesizer):
     """The autoregressive decoder keeps its prenet's dropout at synthesis, seeded per step: two synthesizers
     (two processes' worth of fresh graphs) say the same thing."""
     from myxtts.synthesis import Synthesizer
 
     reference = bundled_wavs(1)[0]
-    first = Synthesizer.from_run(tiny_run).synthesize([TEXTS[4]], reference)[0]
+    first = synthesizer.synthesize([TEXTS[4]], reference)[0]
     second = Synthesizer.from_run(tiny_run).synthesize([TEXTS[4]], reference)[0]
     np.testing.assert_array_equal(first.mel, second.mel)
 
@@ -296,12 +291,11 @@ def test_mel_stats_round_trip_numpy_tf_and_storage(tmp_path):
     np.testing.assert_array_equal(identity.normalize(log_mel), log_mel)
 
 
-def test_synthesis_normalises_the_reference_and_denormalises_the_output(tiny_run):
+def test_synthesis_normalises_the_reference_and_denormalises_the_output(tiny_run, synthesizer):
     from myxtts.audio import load_audio
     from myxtts.data.mel_stats import MelStats
     from myxtts.synthesis import Synthesizer
 
-    synthesizer = Synthesizer.from_run(tiny_run)
     stats = synthesizer.mel_stats
     np.testing.assert_array_equal(stats.mean, MelStats.load(tiny_run / "mel_stats.json").mean)
     reference = bundled_wavs(3)[2]

@@ -168,8 +168,9 @@ def test_unknown_shape_is_refused_not_traced():
     assert len(traced) == 2 and [f.experimental_get_tracing_count() for f in traced] == [0, 0]
 
 
-# float32: every batch shape is warmed up; float16 with accumulation (one shape): loss scale and accumulators too
-@pytest.mark.parametrize("precision, accumulation, shapes", [("float32", 1, 2), ("float16", 2, 1)])
+# every batch shape is warmed up; float16 with accumulation: the loss scale and the accumulators are restored too
+# (the float32 state, a subset, is restored bit for bit by every resume: test_train_resume's SIGKILL test)
+@pytest.mark.parametrize("precision, accumulation, shapes", [("float16", 2, 2)])
 def test_warm_up_runs_every_function_and_restores_every_variable_exactly(precision, accumulation, shapes):
     """Warm-up traces AND runs each step (through the monitor: it counts the traces as warm-up), then puts
     model, optimizer (iterations, moments, loss scale), counters and accumulators back bit for bit."""

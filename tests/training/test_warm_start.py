@@ -269,7 +269,8 @@ def test_pack_ships_the_model_alone_and_both_synthesis_and_warm_start_take_it(so
     assert size < 0.5 * trained  # the weights without Adam's two slots per variable
     assert {"config.yaml", "vocab.json", "mel_stats.json", "corpus.json"} <= {p.name for p in packed.iterdir()}
     text, reference = "The model reads this sentence.", bundled_wavs(3)[2]
-    original = Synthesizer.from_run(source_run).synthesize([text], reference)[0]
+    source_synthesizer = Synthesizer.from_run(source_run)
+    original = source_synthesizer.synthesize([text], reference)[0]
     shipped_synthesizer = Synthesizer.from_run(packed)
     shipped = shipped_synthesizer.synthesize([text], reference)[0]
     np.testing.assert_allclose(shipped.mel, original.mel, atol=1e-5)
@@ -277,7 +278,7 @@ def test_pack_ships_the_model_alone_and_both_synthesis_and_warm_start_take_it(so
     run_cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, init_from=str(packed)))
     model = build_model(run_cfg, len(vocabulary))
     warm_start(run_cfg, model, vocabulary, ["en"], tmp_path, echo=lambda _: None, record=False)
-    source = _weights(Synthesizer.from_run(source_run).model)
+    source = _weights(source_synthesizer.model)
     assert all(np.array_equal(value, source[key]) for key, value in _weights(model).items())
     again = CliRunner().invoke(main, ["pack", "--run", str(source_run), "--out", str(packed)])
     assert again.exit_code == 2 and "already holds a packed model" in again.output
