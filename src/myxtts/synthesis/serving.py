@@ -5,9 +5,9 @@ One engine thread owns the decoder: it takes up to ``batch_size`` queued pieces 
 its own voice and speed) in priority order (``_priority``) and decodes them in one compiled call per bucket
 (``_decode_tokens``: every function was traced at start-up by ``warm_up``) at the smallest compiled batch size that
 holds them (``batch_sizes``: ``batch_size`` and the smaller sizes given, so that under light load a lone piece is
-not decoded as a full batch of padding) and puts each piece's mel on the
-vocoder queue, which ``vocoder_threads`` threads take in the same priority order (TF ops release the GIL: the next
-batch decodes while the last is vocoded, on the other core); each delivers its audio to its request's stream
+not decoded as a full batch of padding) and puts each piece's mel on the vocoder queue, which ``vocoder_threads``
+threads take in the same priority order (TF ops release the GIL: the next batch decodes while the last is vocoded,
+on the other core); each delivers its audio to its request's stream
 (``speech_stream.py``: the stream yields pieces in order, each followed by its pause, as 16-bit PCM).
 
 The vocoder queue is bounded: a batch is decoded only while fewer than ``batch_size`` decoded pieces wait there,
@@ -45,6 +45,7 @@ from myxtts.text import TextError
 
 __all__ = ["EngineBusyError", "SpeechEngine", "SpeechRequestError", "SpeechStream", "small_batch_sizes", "to_pcm16",
            "wav_header"]
+
 
 def small_batch_sizes(batch_size: int) -> list[int]:
     """The powers of two below ``batch_size``: what ``serve`` compiles besides it (1 -> [], 4 -> [1, 2], 6 ->
