@@ -88,7 +88,8 @@ def _child(args) -> None:
     from myxtts.config import config_from_dict
     from myxtts.model import build_model
     from myxtts.training.schedule import make_optimizer
-    from myxtts.training.steps import TrainingSteps, shape_key
+    from myxtts.training.shape_keys import shape_key
+    from myxtts.training.steps import TrainingSteps
     from train_helpers import batch_spec, synthetic_batch
 
     grappler = json.loads(args.grappler)

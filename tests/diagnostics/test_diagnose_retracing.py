@@ -85,7 +85,8 @@ def test_pipeline_off_its_signatures_names_key_expected_and_actual(prepared_cach
 
 @pytest.mark.slow
 def test_step_retracing_after_warmup_names_function_path_and_cause(prepared_cache, tmp_path, monkeypatch):
-    from myxtts.training.steps import TrainingSteps, describe_key, shape_key
+    from myxtts.training.shape_keys import describe_key, shape_key
+    from myxtts.training.steps import TrainingSteps
 
     class PythonStepArgument:
         """The classic bug: the step counter passed as a Python int to a tf.function without input_signature."""

@@ -10,7 +10,8 @@ import tensorflow as tf
 
 from myxtts.config import config_from_dict
 from myxtts.model import build_model
-from myxtts.training.steps import TrainingSteps, UnknownShapeError, shape_key
+from myxtts.training.shape_keys import UnknownShapeError, shape_key
+from myxtts.training.steps import TrainingSteps
 from train_helpers import batch_spec, batch_with_lengths, synthetic_batch
 
 VOCAB = 40

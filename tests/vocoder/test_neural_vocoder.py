@@ -1,5 +1,6 @@
-"""The neural vocoder: exact inverse STFT head, output lengths, segment pipeline alignment, GAN training on the
-bundled clips (learns, never retraces, resumes), loading and the audio-settings check."""
+"""The neural vocoder's training and use: segment pipeline alignment, GAN training on the bundled clips (learns, never
+retraces, resumes), loading, packing, fine-tuning on an acoustic model's mels and the audio-settings check. The
+generators themselves: test_vocoder_generators.py."""
 
 from __future__ import annotations
 
@@ -43,49 +44,6 @@ def trained_vocoder(vocoder_cfg, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("vocoder") / "run"
     summary = train_vocoder(vocoder_cfg, workdir, progress=False, echo=lambda line: None)
     return workdir, summary
-
-
-def test_inverse_stft_head_reconstructs_a_real_clip():
-    """The head's inverse STFT (window-envelope normalised, centre trimmed) is exact on a real clip's STFT, edges
-    included: a generator that predicts the right spectrum gives the clip back."""
-    from myxtts.vocoder.istft import InverseStft
-
-    audio_cfg = AudioConfig()
-    frontend = MelFrontend(audio_cfg)
-    wave = load_audio(bundled_wavs(1)[0], audio_cfg.sample_rate)[:40000]
-    padded = np.pad(wave, audio_cfg.n_fft // 2, mode="reflect")
-    stft = tf.signal.stft(padded[None], audio_cfg.n_fft, audio_cfg.hop_length, window_fn=frontend._window_fn)
-    frames = stft.shape[1]
-    rebuilt = InverseStft(audio_cfg.n_fft, audio_cfg.hop_length, frontend.window.numpy())(
-        tf.math.real(stft), tf.math.imag(stft)).numpy()[0]
-    assert rebuilt.shape == ((frames - 1) * audio_cfg.hop_length,)
-    np.testing.assert_allclose(rebuilt, wave[:rebuilt.shape[0]], atol=2e-5)
-
-
-def _istftnet(cfg):
-    """``cfg`` with a small iSTFTNet generator instead of the Vocos one."""
-    keys = {"family": "istftnet", "dim": None, "intermediate_dim": None, "layers": None,
-            **SMALL_ISTFTNET}
-    return cfg.replace(vocoder=dataclasses.replace(cfg.vocoder, **keys))
-
-
-@pytest.mark.parametrize("family", ["vocos", "istftnet"])
-def test_output_length_for_any_mel_length_and_one_trace(vocoder_cfg, family):
-    from myxtts.vocoder.generators import build_generator
-    from myxtts.vocoder.neural import NeuralVocoder
-
-    cfg = vocoder_cfg if family == "vocos" else _istftnet(vocoder_cfg)
-    vocoder = NeuralVocoder(build_generator(cfg), cfg.audio)
-    assert vocoder.generator.family == family
-    hop = vocoder_cfg.audio.hop_length
-    for frames in (2, 37, 64, 129, 300):  # unequal lengths, several of the acoustic model's buckets
-        wave = vocoder(np.full([frames, 80], -5.0, np.float32)).numpy()
-        assert wave.shape == ((frames - 1) * hop,) and np.all(np.isfinite(wave))
-    batch = vocoder(np.full([3, 50, 80], -5.0, np.float32)).numpy()
-    assert batch.shape == (3, 49 * hop)
-    assert vocoder.tracing_count() == 1  # one graph for every length and batch size
-    with pytest.raises(ValueError, match="audio.n_mels"):
-        vocoder(np.zeros([10, 40], np.float32))
 
 
 def test_segments_align_audio_with_the_cached_mel(vocoder_cfg):
@@ -163,64 +121,16 @@ def test_gan_training_learns_on_the_bundled_clips_and_never_retraces(vocoder_cfg
         np.testing.assert_array_equal(np.asarray(one), np.asarray(other), err_msg=one.path)
     # held-out clips (the cache's validation split, never trained on): resynthesis beats the untrained generator
     untrained = NeuralVocoder(build_generator(vocoder_cfg), vocoder_cfg.audio)
-    assert _held_out_mel_error(vocoder_cfg, first) < 0.75 * _held_out_mel_error(vocoder_cfg, untrained)
+    assert held_out_mel_error(vocoder_cfg, first) < 0.75 * held_out_mel_error(vocoder_cfg, untrained)
 
 
-def _held_out_mel_error(cfg, vocoder) -> float:
+def held_out_mel_error(cfg, vocoder) -> float:
     """Mean |mel(vocoder(mel)) - mel| over the cache's validation clips (never trained on)."""
     from myxtts.data.vocoder_segments import validation_clips
 
     frontend = MelFrontend(cfg.audio)
     return float(np.mean([np.mean(np.abs(frontend(vocoder(clip["mel"])).numpy() - clip["mel"]))
                           for clip in validation_clips(cfg)]))
-
-
-def test_istftnet_family_trains_loads_and_learns(vocoder_cfg, tmp_path):
-    """The second family through the same trainer: both steps traced once, never again; the run loads as an
-    iSTFTNet; resynthesis of held-out clips beats the untrained generator."""
-    from myxtts.training.vocoder_trainer import train_vocoder
-    from myxtts.vocoder.generators import build_generator
-    from myxtts.vocoder.neural import NeuralVocoder, load_vocoder
-
-    cfg = _istftnet(vocoder_cfg)
-    cfg = cfg.replace(training=dataclasses.replace(cfg.training, max_steps=180, validate_every=1000,
-                                                   checkpoint_every=180, summary_every=0),
-                      vocoder=dataclasses.replace(cfg.vocoder, adversarial_start_step=150))
-    summary = train_vocoder(cfg, tmp_path / "run", progress=False, echo=lambda line: None)
-    assert summary["steps"] == 180 and summary["retraces_after_warmup"] == 0
-    trained = load_vocoder(tmp_path / "run", cfg.audio)
-    assert trained.generator.family == "istftnet"
-    untrained = NeuralVocoder(build_generator(cfg), cfg.audio)
-    assert _held_out_mel_error(cfg, trained) < 0.75 * _held_out_mel_error(cfg, untrained)
-
-
-def test_magnitude_prior_starts_from_the_mels_envelope_and_is_part_of_the_generator(vocoder_cfg, tmp_path):
-    """``vocoder.magnitude_prior``: untrained, the generator's magnitude is the mel's pseudo-inverse (Griffin-Lim's),
-    its head a residual starting at 0; a vocoder trained with it is refused by a config without it (the same weights
-    would mean another spectrum), and the key is refused for the iSTFTNet family."""
-    from myxtts.vocoder.generators import PRIOR_FLOOR, build_generator
-    from myxtts.vocoder.griffin_lim import GriffinLim
-    from myxtts.vocoder.neural import VocoderError, restore_generator, save_vocoder
-
-    with_prior = vocoder_cfg.replace(vocoder=dataclasses.replace(vocoder_cfg.vocoder, magnitude_prior=True))
-    prior_generator, plain_generator = build_generator(with_prior), build_generator(vocoder_cfg)
-    frontend = MelFrontend(vocoder_cfg.audio)
-    wave = load_audio(bundled_wavs(1)[0], vocoder_cfg.audio.sample_rate)[:30000]
-    log_mel = frontend(wave)[tf.newaxis]  # [1, frames, n_mels]
-    expected = np.maximum(GriffinLim(vocoder_cfg.audio).magnitude(log_mel).numpy(), PRIOR_FLOOR)
-    np.testing.assert_allclose(prior_generator.spectrum(log_mel)[0].numpy(), expected, rtol=1e-4, atol=1e-7)
-    phase_kernel = prior_generator.head.kernel.numpy()[:, vocoder_cfg.audio.n_fft // 2 + 1:]
-    assert np.std(phase_kernel) > 0.01  # only the magnitude residual starts at zero, the phase does not
-    plain = plain_generator.spectrum(log_mel)[0].numpy()
-    assert np.median(np.abs(np.log(plain) - np.log(expected))) > 1.0  # without it: nowhere near the envelope
-    save_vocoder(tmp_path / "prior", with_prior, prior_generator)
-    with pytest.raises(VocoderError, match=r"magnitude_prior True \(this config: False\)"):
-        restore_generator(tmp_path / "prior", vocoder_cfg, plain_generator)
-    restore_generator(tmp_path / "prior", with_prior, build_generator(with_prior))
-    raw = with_prior.to_dict()
-    raw["vocoder"] = {**raw["vocoder"], "family": "istftnet", "dim": None, "intermediate_dim": None, "layers": None}
-    with pytest.raises(ValueError, match="vocoder.magnitude_prior' is read only by another vocoder family"):
-        config_from_dict(raw, base_dir=vocoder_cfg.base_dir)
 
 
 def test_resume_continues_from_the_checkpoint(vocoder_cfg, trained_vocoder, tmp_path):

@@ -165,7 +165,7 @@ def _training_config(cfg: Config, steps: int) -> Config:
 def run_training(cfg: Config, steps: int, workdir: Path, echo: Callable[[str], None]) -> dict[str, Any]:
     """Train N steps through the production Trainer; return its trace accounting, events and step times."""
     from myxtts.training import Trainer
-    from myxtts.training.steps import UnknownShapeError
+    from myxtts.training.shape_keys import UnknownShapeError
 
     shapes: list[str] = []  # the batch shape of each step (observed, the batch passes unchanged)
 

@@ -21,6 +21,27 @@ class CheckpointError(RuntimeError):
     pass
 
 
+class WorkdirError(ValueError):
+    """A run directory that cannot take this run: checkpoints without --resume, or another model's checkpoints."""
+
+
+def check_resumable(directory: Path, latest: str, cfg: Any, adversarial: bool, workdir: Path) -> None:
+    """Refuse to resume ``latest`` (a checkpoint in ``directory``) with a config whose model it cannot restore into:
+    another decoder, or the mel discriminator on (``adversarial``) where the run trained without one."""
+    from myxtts.model.restore import checkpoint_decoder_type, decoder_mismatch
+
+    problem = decoder_mismatch(f"{directory} (checkpoint {latest})", checkpoint_decoder_type(latest), cfg.model.decoder)
+    if problem:
+        raise WorkdirError(f"{problem} Or choose another --workdir.")
+    names = [name for name, _ in tf.train.list_variables(latest)]
+    if adversarial and not any(name.startswith("mel_discriminator/") for name in names):
+        raise WorkdirError(
+            f"{directory} (checkpoint {latest}) was trained without the mel discriminator, but this config sets "
+            "'model.mel_adversarial_weight' or 'model.mel_feature_matching_weight' > 0. Resume with both at 0 (the "
+            f"run's config.yaml), or start a new run from this one with --init-from {workdir} (its weights, a fresh "
+            "discriminator).")
+
+
 class Checkpoints:
     def __init__(self, directory: Path, keep: int, **objects: Any):
         self.directory = Path(directory)

@@ -40,41 +40,14 @@ from myxtts.model.mel_discriminator import ADVERSARIAL_LOSS_KEYS, MelDiscriminat
 from myxtts.training import warmup
 from myxtts.training.distribute import replica_slice
 from myxtts.training.schedule import make_optimizer
+from myxtts.training.shape_keys import (ShapeKey, UnknownShapeError, describe_key, shape_key, unstack_spec,
+                                       warmup_name)
 
-ShapeKey = tuple[tuple[int, ...], ...]
 SUM = tf.distribute.ReduceOp.SUM
 # the global batch's real counts, an input of the train step when gradient accumulation spreads it over calls
 NORMALIZER_SIGNATURE = {key: tf.TensorSpec([], tf.float32, name=key) for key in NORMALIZER_KEYS}
-
-
-def shape_key(batch_or_spec: dict, stacked: bool = False) -> ShapeKey:
-    """The static shape identity of a batch (or a signature): what the step functions are keyed by.
-    ``stacked``: a block of K batches ``[K, batch, ...]`` (steps_per_execution), keyed by its batch shape."""
-    return tuple(tuple(batch_or_spec[k].shape.as_list()[1 if stacked else 0:])
-                 for k in ("tokens", "mel", "reference_mel"))
-
-
-def unstack_spec(spec: dict) -> dict:
-    """The batch signature inside a block signature ``[K, batch, ...]``."""
-    return {key: tf.TensorSpec(value.shape[1:], value.dtype) for key, value in spec.items()}
-
-
 LOSS_KEYS = ("total", "mel_l1_before", "mel_l1_after", "mel_l2", "mel_delta", "forward_sum", "duration", "binarization",
              "real_frames")
-
-
-def describe_key(key: ShapeKey) -> str:
-    (batch, text), (_, frames, _), _ = key[0], key[1], key[2]
-    return f"batch {batch} x text {text} x mel {frames}"
-
-
-def warmup_name(kind: str, key: ShapeKey) -> str:
-    """The warm-up timing key of the ``kind`` ("train" / "validate") step of one batch shape."""
-    return f"{kind}_step[{describe_key(key)}]"
-
-
-class UnknownShapeError(ValueError):
-    pass
 
 
 class TrainingSteps:

@@ -26,7 +26,7 @@ from myxtts.config import Config, save_config
 from myxtts.diagnostics.tf_warning import expected_traces
 from myxtts.locks import lock_cache_for_reading, lock_run_directory
 from myxtts.run_dir import RunDir
-from myxtts.training.checkpoint import Checkpoints
+from myxtts.training.checkpoint import Checkpoints, WorkdirError, check_resumable
 from myxtts.training.device_feed import DeviceFeed, default_device
 from myxtts.training.distribute import check_divisible, is_chief, make_strategy
 from myxtts.training.interrupt import StopOnSignals
@@ -35,7 +35,8 @@ from myxtts.training.loop_state import LoopState, check_block_alignment
 from myxtts.training.reporting import MetricsLog, StepTimer, TraceAccounting, format_summary
 from myxtts.training.schedule import make_optimizer
 from myxtts.training.stages import StagedRun, StopReason, TrainingClock, progress_bar
-from myxtts.training.steps import TrainingSteps, shape_key
+from myxtts.training.shape_keys import shape_key
+from myxtts.training.steps import TrainingSteps
 from myxtts.training.warm_start import freeze_modules, warm_start, warm_start_mel_stats
 
 logger = logging.getLogger(__name__)
@@ -43,10 +44,6 @@ logger = logging.getLogger(__name__)
 
 class NonFiniteLossError(RuntimeError):
     """Training stopped after training.max_nonfinite_steps non-finite steps in a row."""
-
-
-class WorkdirError(ValueError):
-    pass
 
 
 class Trainer(StagedRun):
@@ -129,19 +126,7 @@ class Trainer(StagedRun):
             raise WorkdirError(f"{directory} already holds checkpoints ({self.checkpoints.latest}); pass --resume to "
                                "continue that run or choose another --workdir.")
         if self.resume and self.checkpoints.latest:
-            from myxtts.model.restore import checkpoint_decoder_type, decoder_mismatch
-
-            problem = decoder_mismatch(f"{directory} (checkpoint {self.checkpoints.latest})",
-                                       checkpoint_decoder_type(self.checkpoints.latest), self.cfg.model.decoder)
-            if problem:
-                raise WorkdirError(f"{problem} Or choose another --workdir.")
-            names = [name for name, _ in tf.train.list_variables(self.checkpoints.latest)]
-            if self.steps.adversarial and not any(name.startswith("mel_discriminator/") for name in names):
-                raise WorkdirError(
-                    f"{directory} (checkpoint {self.checkpoints.latest}) was trained without the mel discriminator, "
-                    "but this config sets 'model.mel_adversarial_weight' or 'model.mel_feature_matching_weight' > 0. "
-                    "Resume with both at 0 (the run's config.yaml), or start a new run from this one with "
-                    f"--init-from {self.workdir} (its weights, a fresh discriminator).")
+            check_resumable(directory, self.checkpoints.latest, self.cfg, self.steps.adversarial, self.workdir)
         if self.resume:
             self.restored_from = self.checkpoints.restore_latest()
         self.init_from = None
