@@ -1,4 +1,5 @@
-"""InputPipeline on the prepared bundled corpus: static shapes, padding, references, on-the-fly parity."""
+"""InputPipeline on the prepared bundled corpus: static shapes, padding, normalisation, streaming, resume. Several
+speakers' references and on-the-fly parity: test_reference_clips.py."""
 
 from __future__ import annotations
 
@@ -233,6 +234,8 @@ def test_small_functions_eager_and_in_map() -> None:
             lambda r: in_map(tf.cast(r, tf.int32)))):
         assert speakers[int(other)] == speakers[row] and piece.shape == (8, 3) and int(piece_length) == 8
 
+
+# ---- streaming: features stay on disk; a saved iterator resumes exactly --------------------------
 
 def test_features_are_streamed_not_embedded_in_the_graph(prepared_cache, cache) -> None:
     graph = InputPipeline(prepared_cache, cache=cache).dataset()._as_serialized_graph().numpy()

@@ -127,6 +127,3 @@ def test_on_the_fly_mel_equals_the_cached_mel(two_speaker_cfg) -> None:
     assert checked >= 4
     graph = pipeline.dataset()._as_serialized_graph().numpy()
     assert not any(op.encode() in graph for op in ("EagerPyFunc", "PyFuncStateless"))
-
-
-# ---- streaming: features stay on disk; a saved iterator resumes exactly --------------------------

@@ -22,8 +22,6 @@ SMALL_VOCODER = {"dim": 48, "intermediate_dim": 144, "layers": 2, "segment_sampl
                  "discriminator_periods": [3], "discriminator_channels": 4, "resolution_ffts": [512],
                  "resolution_channels": 4, "adversarial_start_step": 150}
 
-SMALL_ISTFTNET = {"upsample_channels": 32, "resblock_kernels": (3,), "resblock_dilations": (1, 2)}
-
 
 @pytest.fixture(scope="module")
 def vocoder_cfg(prepared_cache, tmp_path_factory):

@@ -12,7 +12,9 @@ import tensorflow as tf
 from conftest import bundled_wavs
 from myxtts.audio import MelFrontend, load_audio
 from myxtts.config import AudioConfig, config_from_dict
-from test_neural_vocoder import SMALL_ISTFTNET, held_out_mel_error, vocoder_cfg  # noqa: F401  (vocoder_cfg: fixture)
+from test_neural_vocoder import held_out_mel_error, vocoder_cfg  # noqa: F401  (vocoder_cfg: the fixture)
+
+SMALL_ISTFTNET = {"upsample_channels": 32, "resblock_kernels": (3,), "resblock_dilations": (1, 2)}
 
 
 def test_inverse_stft_head_reconstructs_a_real_clip():

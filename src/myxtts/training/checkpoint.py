@@ -4,6 +4,9 @@ Atomicity: CheckpointManager writes the new checkpoint's files first and only th
 small ``checkpoint`` state file that names the latest one, so a crash mid-save leaves the previous
 checkpoint named and loadable. ``restore_latest`` additionally falls back to older checkpoints if
 the newest is unreadable (e.g. half-written by a killed process on a filesystem without atomic rename).
+
+``check_resumable`` refuses to resume a checkpoint this config's model cannot restore into (another decoder, or the
+mel discriminator newly on), raising ``WorkdirError``.
 """
 
 from __future__ import annotations
