@@ -79,7 +79,8 @@ def autoregressive_run(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def neural_vocoder(tmp_path_factory) -> Path:
-    """A small Vocos-style vocoder directory (untrained: the export must reproduce whatever it computes)."""
+    """A small Vocos-style vocoder directory (untrained: the export must reproduce whatever it computes), its
+    magnitude half the mel's (``vocoder.magnitude_from_mel``: part of the exported graph too)."""
     import keras
 
     from myxtts.config import config_from_dict
@@ -87,7 +88,8 @@ def neural_vocoder(tmp_path_factory) -> Path:
     from myxtts.vocoder.neural import save_vocoder
 
     root = tmp_path_factory.mktemp("vocoder")
-    cfg = config_from_dict({"vocoder": {"dim": 32, "intermediate_dim": 64, "layers": 1}}, base_dir=root)
+    cfg = config_from_dict({"vocoder": {"dim": 32, "intermediate_dim": 64, "layers": 1, "magnitude_from_mel": 0.5}},
+                           base_dir=root)
     keras.utils.set_random_seed(7)
     return save_vocoder(root / "vocoder", cfg, build_generator(cfg))
 

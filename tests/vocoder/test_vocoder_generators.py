@@ -1,5 +1,5 @@
 """The generators: the inverse-STFT head is exact, every mel length gives (frames - 1) * hop samples in one trace (both
-families), the iSTFTNet family through the trainer, the magnitude prior."""
+families), the iSTFTNet family through the trainer, the magnitude prior, the magnitude taken from the mel."""
 
 from __future__ import annotations
 
@@ -105,4 +105,35 @@ def test_magnitude_prior_starts_from_the_mels_envelope_and_is_part_of_the_genera
     raw = with_prior.to_dict()
     raw["vocoder"] = {**raw["vocoder"], "family": "istftnet", "dim": None, "intermediate_dim": None, "layers": None}
     with pytest.raises(ValueError, match="vocoder.magnitude_prior' is read only by another vocoder family"):
+        config_from_dict(raw, base_dir=vocoder_cfg.base_dir)
+
+
+def test_magnitude_from_mel_moves_the_output_to_the_mels_magnitude_at_any_length(vocoder_cfg, tmp_path):
+    """``vocoder.magnitude_from_mel``: the generator's audio analysed again, its phase kept and its magnitude moved
+    towards the mel's pseudo-inverse: the output's mel comes closer to the input's the larger the share (an untrained
+    generator's is far from it), every length keeps (frames - 1) * hop samples in one trace, and a vocoder directory
+    saved with the key synthesises with it."""
+    from myxtts.vocoder.generators import build_generator
+    from myxtts.vocoder.neural import NeuralVocoder, load_vocoder, save_vocoder
+
+    frontend = MelFrontend(vocoder_cfg.audio)
+    wave = load_audio(bundled_wavs(2)[1], vocoder_cfg.audio.sample_rate)[:40000]
+    log_mel = frontend(wave).numpy()  # [frames, n_mels]
+    generator = build_generator(vocoder_cfg)
+    errors = {}
+    for share in (0.0, 0.5, 1.0):
+        audio = NeuralVocoder(generator, vocoder_cfg.audio, magnitude_from_mel=share)(log_mel).numpy()
+        errors[share] = float(np.abs(frontend(audio).numpy() - log_mel).mean())
+    assert errors[1.0] < errors[0.5] < errors[0.0] and errors[1.0] < 0.5 * errors[0.0], errors
+    blended = vocoder_cfg.replace(vocoder=dataclasses.replace(vocoder_cfg.vocoder, magnitude_from_mel=0.5))
+    vocoder = load_vocoder(save_vocoder(tmp_path / "blended", blended, generator), blended.audio)
+    assert vocoder.magnitude_from_mel == 0.5
+    hop = vocoder_cfg.audio.hop_length
+    for frames in (1, 2, 37, 129):  # shorter than one window too: the analysis pads with zeros, not a reflection
+        assert vocoder(log_mel[:frames]).numpy().shape == ((frames - 1) * hop,)
+    assert vocoder(np.stack([log_mel[:50], log_mel[60:110]])).numpy().shape == (2, 49 * hop)
+    assert vocoder.tracing_count() == 1
+    raw = blended.to_dict()
+    raw["vocoder"]["magnitude_from_mel"] = 1.5
+    with pytest.raises(ValueError, match=r"vocoder.magnitude_from_mel' must be in \[0, 1\]"):
         config_from_dict(raw, base_dir=vocoder_cfg.base_dir)

@@ -193,6 +193,9 @@ class VocoderConfig:
     feature_loss_weight: float = 2.0  # feature matching (L1 between the discriminators' feature maps)
     adversarial_loss_weight: float = 1.0  # hinge loss of the generator
     discriminator_learning_rate: float = 2e-4  # the generator's is training.learning_rate
+    # synthesis: the output's STFT magnitude is the generator's times (mel pseudo-inverse / generator) ** this (a
+    # geometric blend; the generator's phase, re-analysed, kept): 0 the generator's audio as is, 1 the mel's magnitude
+    magnitude_from_mel: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,7 @@ class ExportedSynthesizer(tf.Module):
         log_mel = mel[0, :frames] * self.mel_std + self.mel_mean  # [frames, n_mels]: the real log mel
         vocoder = self._vocoder.value
         if isinstance(vocoder, NeuralVocoder):
-            return {"waveform": vocoder.generator(log_mel[None], training=False)}  # [1, (frames - 1) * hop]
+            return {"waveform": vocoder.waveform(log_mel[None])}  # [1, (frames - 1) * hop]
         return {"waveform": vocoder._invert(log_mel[None])}  # [1, (frames - 1) * hop]
 
 

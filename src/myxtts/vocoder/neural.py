@@ -22,6 +22,7 @@ from myxtts.run_dir import RunDir
 from myxtts.vocoder.base import Vocoder
 
 GRIFFIN_LIM = "griffin-lim"
+FLOOR = 1e-5  # magnitudes are clipped here before their log (bins the pseudo-inverse leaves at 0)
 # the front-end settings a mel depends on: a vocoder and an acoustic model must agree on every one
 AUDIO_KEYS = ("sample_rate", "n_fft", "win_length", "hop_length", "n_mels", "fmin", "fmax", "mel_power",
               "log_compression", "log_floor")
@@ -191,15 +192,44 @@ def _checkpoint_children(checkpoint: str) -> set[str]:
 
 
 class NeuralVocoder(Vocoder):
-    """A trained generator behind the ``Vocoder`` interface: one compiled graph for every mel length and batch."""
+    """A trained generator behind the ``Vocoder`` interface: one compiled graph for every mel length and batch.
 
-    def __init__(self, generator: Any, audio_cfg: Any, path: str = "", checkpoint: str = "") -> None:
+    ``magnitude_from_mel`` (``vocoder.magnitude_from_mel``) > 0: the generator's audio is analysed again with the
+    front-end's STFT, its phase kept and its magnitude moved geometrically towards the mel's pseudo-inverse (Griffin-
+    Lim's magnitude) by that share, then inverted: one STFT and one inverse STFT more per clip."""
+
+    def __init__(self, generator: Any, audio_cfg: Any, path: str = "", checkpoint: str = "",
+                 magnitude_from_mel: float = 0.0) -> None:
+        from myxtts.audio import MelFrontend
+        from myxtts.vocoder.istft import InverseStft
+
         self.generator, self.path, self.checkpoint = generator, path, checkpoint  # checkpoint: the prefix restored
         self.sample_rate, self.n_mels, self.hop_length = audio_cfg.sample_rate, audio_cfg.n_mels, audio_cfg.hop_length
         self.audio = audio_settings(audio_cfg)
-        self._batched = tf.function(lambda log_mel: generator(log_mel, training=False),
-                                    input_signature=[tf.TensorSpec([None, None, self.n_mels], tf.float32)],
-                                    autograph=False)
+        self.magnitude_from_mel = float(magnitude_from_mel)
+        self.frontend = MelFrontend(audio_cfg) if self.magnitude_from_mel > 0 else None
+        self.inverse = InverseStft(audio_cfg.n_fft, audio_cfg.hop_length, self.frontend.window.numpy()) \
+            if self.frontend is not None else None
+        self._batched = tf.function(self.waveform, autograph=False,
+                                    input_signature=[tf.TensorSpec([None, None, self.n_mels], tf.float32)])
+
+    def waveform(self, log_mel: tf.Tensor) -> tf.Tensor:
+        """``[batch, frames, n_mels]`` -> ``[batch, (frames - 1) * hop]`` (graph code: also the export's)."""
+        wave = self.generator(log_mel, training=False)  # [batch, (frames - 1) * hop]
+        if self.frontend is None:
+            return wave
+        n_fft = self.frontend.n_fft
+        # centred frames as the front-end's (zeros, not its reflection, at the edges: any length, a frame included)
+        padded = tf.pad(wave, [[0, 0], [n_fft // 2, n_fft // 2]])  # [batch, (frames - 1) * hop + n_fft]
+        stft = tf.signal.stft(padded, frame_length=n_fft, frame_step=self.hop_length, fft_length=n_fft,
+                              window_fn=self.frontend._window_fn, pad_end=False)  # [batch, frames, n_fft // 2 + 1]
+        magnitude = tf.math.abs(stft)
+        phasor = stft / tf.cast(tf.maximum(magnitude, 1e-9), stft.dtype)  # unit length: the phase alone
+        prior = self.frontend.pseudo_inverse_magnitude(log_mel)  # [batch, frames, n_fft // 2 + 1]
+        share = self.magnitude_from_mel
+        blended = tf.math.exp(share * tf.math.log(tf.maximum(prior, FLOOR)) +
+                              (1.0 - share) * tf.math.log(tf.maximum(magnitude, FLOOR)))
+        return self.inverse(blended * tf.math.real(phasor), blended * tf.math.imag(phasor))
 
     def tracing_count(self) -> int:
         return self._batched.experimental_get_tracing_count()
@@ -229,4 +259,4 @@ def load_vocoder(path: str | Path | None, audio_cfg: Any, acoustic_name: str = "
     generator = build_generator(cfg)
     checkpoint = checkpoint or newest_checkpoint(Path(path))  # resolved once, kept on the vocoder for records
     tf.train.Checkpoint(generator=generator).restore(checkpoint).expect_partial().assert_existing_objects_matched()
-    return NeuralVocoder(generator, cfg.audio, str(path), checkpoint)
+    return NeuralVocoder(generator, cfg.audio, str(path), checkpoint, cfg.vocoder.magnitude_from_mel)
