@@ -4,7 +4,6 @@ in-process on localhost) and the compiled train steps train on its batches."""
 from __future__ import annotations
 
 import dataclasses
-import gc
 
 import numpy as np
 import pytest
@@ -44,7 +43,6 @@ def cluster():
     dispatcher = start_dispatcher()
     workers = [start_worker(dispatcher.target) for _ in range(2)]
     yield dispatcher
-    gc.collect()  # a dropped iterator in a reference cycle keeps its job, and so the workers' stop, waiting
     for worker in workers:
         worker.stop()
     dispatcher.stop()

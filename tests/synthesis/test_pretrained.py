@@ -147,6 +147,9 @@ def test_shipped_vocoder_is_complete_small_fits_the_base_and_its_card_describes_
 
     recipe = load_config(REPO / "configs" / "vocoder-finetune.yaml")
     restored = restore_generator(VOCODER, recipe, build_generator(recipe), build_discriminators(recipe))
+    # and its fine-tune synthesises as the shipped vocoder does: part of the magnitude from the mel (the card says so)
+    shipped_share = load_config(VOCODER / "config.yaml").vocoder.magnitude_from_mel
+    assert shipped_share == recipe.vocoder.magnitude_from_mel > 0 and f"magnitude_from_mel: {shipped_share}" in card
     assert record["discriminators"] is True and restored["discriminators"] is True
 
 
