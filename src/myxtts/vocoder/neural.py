@@ -22,7 +22,6 @@ from myxtts.run_dir import RunDir
 from myxtts.vocoder.base import Vocoder
 
 GRIFFIN_LIM = "griffin-lim"
-FLOOR = 1e-5  # magnitudes are clipped here before their log (bins the pseudo-inverse leaves at 0)
 # the front-end settings a mel depends on: a vocoder and an acoustic model must agree on every one
 AUDIO_KEYS = ("sample_rate", "n_fft", "win_length", "hop_length", "n_mels", "fmin", "fmax", "mel_power",
               "log_compression", "log_floor")
@@ -215,6 +214,8 @@ class NeuralVocoder(Vocoder):
 
     def waveform(self, log_mel: tf.Tensor) -> tf.Tensor:
         """``[batch, frames, n_mels]`` -> ``[batch, (frames - 1) * hop]`` (graph code: also the export's)."""
+        from myxtts.vocoder.generators import PRIOR_FLOOR
+
         wave = self.generator(log_mel, training=False)  # [batch, (frames - 1) * hop]
         if self.frontend is None:
             return wave
@@ -226,9 +227,9 @@ class NeuralVocoder(Vocoder):
         magnitude = tf.math.abs(stft)
         phasor = stft / tf.cast(tf.maximum(magnitude, 1e-9), stft.dtype)  # unit length: the phase alone
         prior = self.frontend.pseudo_inverse_magnitude(log_mel)  # [batch, frames, n_fft // 2 + 1]
-        share = self.magnitude_from_mel
-        blended = tf.math.exp(share * tf.math.log(tf.maximum(prior, FLOOR)) +
-                              (1.0 - share) * tf.math.log(tf.maximum(magnitude, FLOOR)))
+        share, floor = self.magnitude_from_mel, PRIOR_FLOOR  # the floor the magnitude prior's log uses too
+        blended = tf.math.exp(share * tf.math.log(tf.maximum(prior, floor)) +
+                              (1.0 - share) * tf.math.log(tf.maximum(magnitude, floor)))
         return self.inverse(blended * tf.math.real(phasor), blended * tf.math.imag(phasor))
 
     def tracing_count(self) -> int:
