@@ -351,3 +351,15 @@ class MelFrontend:
             stacked[index, : clip.shape[0]] = clip
         mels = self.compress(self._mel_prepadded(tf.constant(stacked))).numpy()  # [batch, frames, n_mels]
         return [mels[index, : self.num_frames(wave.shape[0])] for index, wave in enumerate(clips)]
+
+
+def sharpen_across_bins(log_mel: tf.Tensor | np.ndarray, amount: float) -> tf.Tensor:
+    """``log_mel + amount * (log_mel - local mean)``, the local mean of each bin and its two neighbours (the edge
+    bins repeated outward): an unsharp mask along the mel axis, ``[..., frames, n_mels]`` in, the same shape out.
+
+    It raises the contrast between neighbouring bands (formant peaks, the harmonics the low bins resolve) that a
+    decoder trained on L1 smooths; a mel flat across bins is left as it is. ``model.mel_sharpening``."""
+    log_mel = tf.convert_to_tensor(log_mel, tf.float32)
+    padded = tf.concat([log_mel[..., :1], log_mel, log_mel[..., -1:]], axis=-1)  # [..., frames, n_mels + 2]
+    local_mean = (padded[..., :-2] + padded[..., 1:-1] + padded[..., 2:]) / 3.0  # [..., frames, n_mels]
+    return log_mel + amount * (log_mel - local_mean)

@@ -13,7 +13,7 @@ import soxr
 import tensorflow as tf
 
 from conftest import bundled_wavs
-from myxtts.audio import AudioError, MelFrontend, load_audio, slaney_mel_matrix, tf_load_wav
+from myxtts.audio import AudioError, MelFrontend, load_audio, sharpen_across_bins, slaney_mel_matrix, tf_load_wav
 from myxtts.config import AudioConfig
 
 SAMPLE_RATE = 22050
@@ -130,6 +130,32 @@ def test_no_retrace_over_lengths(clips):
     assert frontend._mel_single.experimental_get_tracing_count() == 1
     assert frontend._mel_batch.experimental_get_tracing_count() == 1
     assert frontend.tracing_count() == 2
+
+
+def test_sharpening_across_bins_raises_band_contrast_and_leaves_flat_spectra(frontend, clips):
+    """model.mel_sharpening's filter on real clips' log mels: more contrast between neighbouring bins with the amount,
+    each frame on its own (a batch of unequal clips equals each alone), a mel flat across bins unchanged."""
+    mels = [frontend(wave).numpy() for wave in clips[:2]]  # [frames, n_mels] each, unequal frames
+    assert mels[0].shape[0] != mels[1].shape[0]
+
+    def bin_to_bin(mel):
+        return float(np.abs(np.diff(np.asarray(mel), axis=-1)).mean())
+
+    contrast = [bin_to_bin(sharpen_across_bins(mels[0], amount)) for amount in (0.0, 0.5, 1.0)]
+    np.testing.assert_array_equal(sharpen_across_bins(mels[0], 0.0).numpy(), mels[0])
+    assert contrast[0] < contrast[1] < contrast[2], contrast
+    sharpened = sharpen_across_bins(mels[0], 0.5).numpy()
+    assert sharpened.shape == mels[0].shape and np.all(np.isfinite(sharpened))
+    # frames are independent: the shorter clip padded into a batch with the longer one is itself, cut to its frames
+    frames = mels[1].shape[0]
+    batch = np.zeros((2, max(m.shape[0] for m in mels), 80), np.float32)
+    for row, mel in enumerate(mels):
+        batch[row, :mel.shape[0]] = mel
+    np.testing.assert_allclose(sharpen_across_bins(batch, 0.5).numpy()[1, :frames],
+                               sharpen_across_bins(mels[1], 0.5).numpy(), atol=1e-6)
+    # each frame's level across bins (a flat spectrum) is left as it is: only the contrast between bins moves
+    flat = np.repeat(mels[0].mean(axis=1, keepdims=True), 80, axis=1)  # [frames, n_mels]
+    np.testing.assert_allclose(sharpen_across_bins(flat, 2.0).numpy(), flat, atol=1e-5)
 
 
 def test_bad_rank_and_short_clip(frontend):

@@ -68,6 +68,8 @@ def test_wrong_type_names_key(tmp_path: Path, section: str, key: str, value, mes
     ("audio", "hop_length", 0),
     ("training", "gradient_accumulation_steps", 0),
     ("model", "dropout", 1.5),
+    ("model", "mel_sharpening", -0.5),
+    ("model", "mel_sharpening", float("nan")),
     ("data", "num_workers", 0),
     ("vocoder", "segment_samples", 1000),  # not whole hops
     ("vocoder", "discriminator_periods", [1, 2]),

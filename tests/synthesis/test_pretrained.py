@@ -78,7 +78,10 @@ def test_finetuning_recipe_fits_the_shipped_base_as_the_demo_does():
         assert cfg.init_from.resolve() == PRETRAINED.resolve(), name
         check_compatible(cfg, base, checkpoint, str(PRETRAINED))  # raises WarmStartError naming each difference
         assert cfg.text == base.text, name  # phonemes of the same language: the same symbol set
-    model = {name: {k: v for k, v in cfg.to_dict()["model"].items() if k != "dropout"} for name, cfg in recipes.items()}
+    # the same model but for its dropout and the synthesis-only mel_sharpening (the clone recipe's, not the demo's)
+    model = {name: {k: v for k, v in cfg.to_dict()["model"].items() if k not in ("dropout", "mel_sharpening")}
+             for name, cfg in recipes.items()}
+    assert recipes["finetune"].model.mel_sharpening > 0
     assert model["finetune"] == model["demo"]
     # and a config that does not fit is refused before anything is trained
     from myxtts.config import apply_overrides, config_from_dict

@@ -313,3 +313,29 @@ def test_synthesis_normalises_the_reference_and_denormalises_the_output(tiny_run
     wave = result.waveform
     assert wave.dtype == np.float32 and len(wave) == (result.frames - 1) * 256 and np.all(np.isfinite(wave))
     np.testing.assert_array_equal(wave, np.asarray(synthesizer.vocoder(result.mel)))
+
+
+def test_mel_sharpening_sharpens_every_said_mel_before_the_vocoder(synthesizer):
+    """model.mel_sharpening > 0: each item of a batch of unequal lengths comes out as the plain mel sharpened across
+    bins (``audio.sharpen_across_bins``), and the vocoder hears that mel."""
+    import copy
+    import dataclasses
+
+    from myxtts.audio import sharpen_across_bins
+    from myxtts.synthesis import Synthesizer
+
+    cfg = synthesizer.cfg
+    sharp_cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, mel_sharpening=0.5))
+    assert Synthesizer(sharp_cfg, synthesizer.model, synthesizer.vocabulary).mel_sharpening == 0.5
+    assert synthesizer.mel_sharpening == 0.0  # the key's default: the mel as decoded
+    sharp = copy.copy(synthesizer)  # the same compiled decoder (no new trace), the run's key set
+    sharp.mel_sharpening = 0.5
+    texts, reference = ["Hi there.", TEXTS[3]], bundled_wavs(1)[0]
+    plain = synthesizer.synthesize(texts, reference, batch_size=2)
+    sharpened = sharp.synthesize(texts, reference, batch_size=2)
+    assert plain[0].frames != plain[1].frames
+    for before, after in zip(plain, sharpened):
+        assert after.frames == before.frames
+        np.testing.assert_allclose(after.mel, sharpen_across_bins(before.mel, 0.5).numpy(), atol=1e-4)
+        assert not np.allclose(after.mel, before.mel, atol=1e-3)
+        np.testing.assert_array_equal(after.waveform, np.asarray(synthesizer.vocoder(after.mel)))

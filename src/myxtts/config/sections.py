@@ -113,6 +113,10 @@ class ModelConfig:
     binarization_weight: float = 1.0
     binarization_start_step: int = 400
     binarization_ramp_steps: int = 200
+    # synthesis: the decoder's log mel sharpened across bins, mel + this x (mel - the mean of each bin and its two
+    # neighbours), the contrast between neighbouring bands an L1-trained decoder smooths away partly restored (0: the
+    # mel as decoded); every mel the model says (synthesize, serve, export, evaluate, listening), not its training
+    mel_sharpening: float = 0.0
 
 
 @dataclass(frozen=True)

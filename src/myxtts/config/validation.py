@@ -91,6 +91,9 @@ def _check_model_keys(cfg: Config) -> None:
     for key in ("mel_l2_weight", "mel_delta_weight", "mel_adversarial_weight", "mel_feature_matching_weight"):
         if getattr(m, key) < 0:
             raise ValueError(f"Config key 'model.{key}' must be >= 0, got {getattr(m, key)}.")
+    if not 0.0 <= m.mel_sharpening < float("inf"):  # NaN fails too
+        raise ValueError(f"Config key 'model.mel_sharpening' must be a number >= 0 (0: the mel as decoded), got "
+                         f"{m.mel_sharpening}.")
     discriminator = m.mel_adversarial_weight > 0 or m.mel_feature_matching_weight > 0
     if m.mel_discriminator_channels is not None and not discriminator:
         raise ValueError(f"Config key 'model.mel_discriminator_channels' ({m.mel_discriminator_channels}) does nothing "

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from myxtts.audio import MelFrontend
+from myxtts.audio import MelFrontend, sharpen_across_bins
 from myxtts.config import Config
 from myxtts.data.mel_stats import MelStats
 from myxtts.model.durations import alignment_from_durations, durations_from_log
@@ -55,6 +55,7 @@ class ExportedSynthesizer(tf.Module):
         self.vocab_size = int(model.dims.vocab_size)
         self.mel_mean = tf.constant(mel_stats.mean, tf.float32)  # [n_mels]
         self.mel_std = tf.constant(mel_stats.std, tf.float32)
+        self.mel_sharpening = float(cfg.model.mel_sharpening)
         self.frontend = MelFrontend(cfg.audio)
         self.n_fft = cfg.audio.n_fft
         vocoder = GriffinLim(cfg.audio) if vocoder is None else vocoder
@@ -105,6 +106,8 @@ class ExportedSynthesizer(tf.Module):
         hard = alignment_from_durations(durations, (frames + r - 1) // r * r)  # [1, frames rounded up, tokens]
         _, mel = self.model.decode(text, hard, frames[None], tf.cast(embedding, self.model.compute_dtype))
         log_mel = mel[0, :frames] * self.mel_std + self.mel_mean  # [frames, n_mels]: the real log mel
+        if self.mel_sharpening > 0:  # model.mel_sharpening, as Synthesizer applies it
+            log_mel = sharpen_across_bins(log_mel, self.mel_sharpening)
         vocoder = self._vocoder.value
         if isinstance(vocoder, NeuralVocoder):
             return {"waveform": vocoder.waveform(log_mel[None])}  # [1, (frames - 1) * hop]

@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from myxtts.audio import MelFrontend, load_audio
+from myxtts.audio import MelFrontend, load_audio, sharpen_across_bins
 from myxtts.config import Config
 from myxtts.data.language import run_text_processor
 from myxtts.data.mel_stats import MelStats, reference_crop
@@ -97,6 +97,7 @@ class Synthesizer:
         self.batch_size = batch_size
         self.sample_rate = cfg.audio.sample_rate
         self.length_scale = float(length_scale)
+        self.mel_sharpening = float(cfg.model.mel_sharpening)  # applied to every decoded mel (_decode_tokens)
         # both decoders take their length from the predicted durations: one duration function per text bucket,
         # one decode function per mel bucket (the autoregressive one runs its steps inside it)
         self.decoder = CompiledDecoder(model, cfg.data.max_text_length, cfg.data.max_mel_frames,
@@ -234,7 +235,8 @@ class Synthesizer:
                       batch_size: int | None = None, texts: Sequence[str] | None = None,
                       length_scales: Sequence[float] | None = None) -> list[SynthesisResult]:
         """Decoding of many token sequences (each with its own voice: latents ``[K, d]``, see ``voice`` and
-        ``_latents_of``); no vocoder. The results' ``mel`` is denormalised (a real log mel).
+        ``_latents_of``); no vocoder. The results' ``mel`` is denormalised (a real log mel), then sharpened across
+        bins by ``model.mel_sharpening`` when it is > 0.
 
         Items are sorted by length and grouped into batches of ``batch_size`` (the last one padded by repeating
         its first item), so each batch uses the smallest text bucket that holds it. ``length_scales``: the
@@ -250,13 +252,15 @@ class Synthesizer:
                                                   [texts[i] for i in chunk] if texts is not None else None,
                                                   [length_scales[i] for i in chunk] if length_scales else None)
             bucket_frames = outputs["mel"].shape[1]
+            mels = self.mel_stats.denormalize(outputs["mel"])  # [batch, bucket frames, n_mels]: real log mels
+            if self.mel_sharpening > 0:  # across bins only: each frame on its own, the padding frames never read
+                mels = sharpen_across_bins(mels, self.mel_sharpening).numpy()
             for slot, index in enumerate(chunk):
                 tokens = token_lists[index]
                 frames = int(outputs["mel_lengths"][slot])
                 durations = outputs["durations"][slot, :len(tokens)]
                 results[index] = SynthesisResult(
-                    text=texts[index] if texts is not None else "", tokens=tokens,
-                    mel=self.mel_stats.denormalize(outputs["mel"][slot, :frames]),  # the real log mel
+                    text=texts[index] if texts is not None else "", tokens=tokens, mel=mels[slot, :frames],
                     alignment=outputs["alignments"][slot, :frames, :len(tokens)], durations=durations,
                     ended_by="maximum length" if durations.sum() > bucket_frames else "durations",
                     decode_seconds=seconds / len(chunk), text_bucket=int(outputs["text_bucket"]))
