@@ -203,7 +203,7 @@ class Synthesizer:
     def describe(self) -> dict:
         return {"checkpoint": self.checkpoint, "sample_rate": self.sample_rate,
                 "reference_frames": self.cfg.data.reference_frames, "lengths": self.lengths.to_dict(),
-                "compiled_shapes": [list(key) for key in self.decoder.functions]}
+                "mel_sharpening": self.mel_sharpening, "compiled_shapes": [list(key) for key in self.decoder.functions]}
 
     # ---- the steps below them (the server's engine and the trainer's listener use these) ----------------
     def _reference_mel(self, reference: Reference) -> tuple[np.ndarray, int]:
