@@ -3,13 +3,13 @@
 For the last ``--held-out`` clips of an LJSpeech-layout corpus (never trained on: the shipped vocoder trains on the
 clips before them), each recording's log mel (the project's front-end) is turned back into audio by every system and
 judged against the recording (``vocoder_metrics``: PESQ-wb, STOI, MCD, F0 RMSE, V/UV F1, periodicity error,
-naturalness with ``--nisqa``, pocketsphinx CER, Resemblyzer similarity). The recordings themselves are judged too,
-so every figure has its ceiling beside it. ``--curve RUN`` adds one system per checkpoint of a vocoder run (and of
-``--snapshots DIR``, copies of older ones), with its training minutes: quality against training time. The real-time
-factor (vocoding seconds / audio seconds, 2 cores) is measured in ``--rounds`` alternated rounds, paired per round
-with Griffin-Lim's (32 iterations). ``--acoustic-run RUN``: the held-out sentences said by RUN through every system,
-free-running and teacher-forced on the recordings (the model's spectrum with the speaker's timing), and how much of
-the recordings' mel detail the teacher-forced mels keep.
+naturalness with ``--nisqa`` at the recordings' level, pocketsphinx CER, Resemblyzer similarity). The recordings are
+judged too, so every figure has its ceiling beside it. ``--curve RUN`` adds one system per checkpoint of a vocoder
+run (and of ``--snapshots DIR``, copies of older ones), with its training minutes: quality against training time. The
+real-time factor (vocoding seconds / audio seconds, 2 cores) is measured in ``--rounds`` alternated rounds, paired per
+round with Griffin-Lim's (32 iterations). ``--acoustic-run RUN``: the held-out sentences said by RUN through every
+system, free-running and teacher-forced on the recordings (the model's spectrum with the speaker's timing), and how
+much of the recordings' mel detail the teacher-forced mels keep.
 
 Run: ``.venv/bin/python benchmarks/vocoder.py --corpus ../shared/data/ljspeech-mini --nisqa ../shared/judges/nisqa
 --vocoder vocos=pretrained/vocoder-vocos-ljspeech --json docs/benchmarks/vocoder.json``. The recipe's training data
@@ -37,7 +37,8 @@ import numpy as np  # noqa: E402
 from common import paired_ratios, spread, tensorflow_environment  # noqa: E402
 from myxtts.machine import machine  # noqa: E402
 
-QUALITY_KEYS = ("naturalness", "cer", "similarity", "pesq_wb", "stoi", "mcd", "f0_rmse", "vuv_f1", "periodicity_rmse")
+QUALITY_KEYS = ("naturalness", "cer", "similarity", "pesq_wb", "stoi", "mcd", "f0_rmse", "vuv_f1", "periodicity_rmse",
+                "naturalness_own_level", "level_db")
 
 
 def held_out_clips(corpus: Path, count: int) -> list[tuple[str, str]]:
@@ -100,8 +101,13 @@ def judge(waves: list[np.ndarray], recordings: list[np.ndarray], texts: list[str
     per_clip["cer"] = [item["cer"] for item in heard["items"]]
     if not args.no_similarity:
         per_clip["similarity"] = metrics.leave_one_out_similarity(waves, recordings, rate)
-    if args.nisqa:
-        per_clip["naturalness"] = metrics.naturalness(waves, rate, Path(args.nisqa))
+    per_clip["level_db"] = [20 * np.log10(max(metrics.active_level(wave, rate), 1e-9)
+                                           / max(metrics.active_level(recording, rate), 1e-9))
+                            for wave, recording in zip(waves, recordings)]
+    if args.nisqa:  # at the recordings' level (the judge's figure), and as made
+        per_clip["naturalness"] = metrics.naturalness(metrics.level_matched(waves, recordings, rate), rate,
+                                                      Path(args.nisqa))
+        per_clip["naturalness_own_level"] = metrics.naturalness(waves, rate, Path(args.nisqa))
     means = {key: float(np.nanmean(values)) for key, values in per_clip.items() if values}
     means["cer"] = heard["cer"]  # the corpus CER (characters pooled), as the other benchmarks report it
     return {**means, "per_clip": per_clip}

@@ -6,7 +6,11 @@
 - ``f0_rmse`` (Hz, frames voiced in both), ``vuv_f1`` (the recording's voicing as truth) and ``periodicity_rmse``
   (RMSE of pYIN's voicing probability: how periodic each frame sounds): the pitch set of the Vocos paper, with
   librosa's pYIN as the pitch tracker.
-- ``naturalness``: NISQA-TTS MOS (a judge outside the project, run in a child process from the folder given).
+- ``naturalness``: NISQA-TTS MOS (a judge outside the project, run in a child process from the folder given) of
+  each clip scaled to its recording's active speech level (``level_matched``): the judge rates quieter audio higher
+  (the recordings at half their amplitude score far above themselves), so systems are compared at one level, the
+  recordings'. ``naturalness_own_level``: the same judge on the clips as the system made them; ``level_db``: each
+  clip's active level against its recording's.
 - ``cer``: pocketsphinx's character error rate; ``similarity``: Resemblyzer cosine of each clip to the mean of the
   *other* recordings (leave-one-out, so a recording is not compared with itself).
 PESQ, mel and cepstral distances reward reproducing the magnitude exactly, which Griffin-Lim does: they show what is
@@ -25,6 +29,24 @@ import numpy as np
 import soxr
 
 PITCH_RANGE_HZ = (60.0, 500.0)
+LEVEL_FRAME_SECONDS = 0.02  # active speech level: RMS over the 20-ms frames ...
+LEVEL_RANGE_DB = 30.0  # ... within 30 dB of the clip's loudest one (pauses and silence left out)
+
+
+def active_level(wave: np.ndarray, sample_rate: int) -> float:
+    """RMS of the frames that hold speech (within ``LEVEL_RANGE_DB`` of the loudest frame): a level that does not
+    depend on how long the pauses are."""
+    frame = max(1, int(LEVEL_FRAME_SECONDS * sample_rate))
+    count = max(1, len(wave) // frame)
+    powers = np.mean(np.square(np.asarray(wave[: count * frame], np.float64)).reshape(count, -1), axis=1)
+    active = powers[powers >= powers.max() * 10 ** (-LEVEL_RANGE_DB / 10)]
+    return float(np.sqrt(np.mean(active))) if active.size else 0.0
+
+
+def level_matched(waves: list[np.ndarray], recordings: list[np.ndarray], sample_rate: int) -> list[np.ndarray]:
+    """Each wave scaled so that its active level is its recording's."""
+    return [wave * (active_level(recording, sample_rate) / max(active_level(wave, sample_rate), 1e-9))
+            for wave, recording in zip(waves, recordings)]
 
 
 def pesq_wb(reference: np.ndarray, degraded: np.ndarray, sample_rate: int) -> float:
