@@ -209,6 +209,7 @@ def test_warm_up_runs_every_function_and_restores_every_variable_exactly(precisi
     assert sum(counts.values()) == 2 * shapes
     traces.end_warmup()
     assert len(traces.monitor.first_traces) == 2 * shapes and not traces.monitor.unexpected
+    assert steps.apply_function.experimental_get_tracing_count() == 1  # one update function for every bucket
     assert traces.monitor.summary() is not None
     # training goes on from the restored state without a single trace
     out = steps.train_cycle([synthetic_batch(*dims[-1], 16, vocab_size=VOCAB, seed=15)] * accumulation)

@@ -13,7 +13,8 @@ One training call = one micro-batch. Inside the graph it:
 3. on the N-th micro-step (or every step when N == 1) computes the global gradient norm and applies
    the clipped gradients inside a ``tf.cond`` only if the loss and the norm are finite; otherwise the
    update is skipped in the graph and ``nonfinite_in_a_row`` counts it (the Python loop stops after
-   ``training.max_nonfinite_steps``);
+   ``training.max_nonfinite_steps``). The update does not depend on the batch's shape: it is one tf.function
+   (``apply_function``) that every bucket's step calls, so its optimizer ops are traced once, not once per bucket;
 4. float16: updates the Keras ``LossScaleOptimizer``'s dynamic scale (halve on overflow, double
    after its growth interval of good steps), using its own variables so it checkpoints with it.
 
@@ -96,6 +97,11 @@ class TrainingSteps:
         # instead (as Keras does) and the all-reduce and the update stay outside XLA
         self._compiled_local_gradients = tf.function(self._local_gradients, jit_compile=True, autograph=False) \
             if t.enable_xla_compilation and self.replicas > 1 and t.enable_graph_mode else None
+        # the update does not depend on the batch's shape: one tf.function (traced once, at the first bucket's trace)
+        # that every bucket's train step calls, rather than the optimizer's ops traced again into each of them
+        self.apply_function: Callable = self._apply_graph if not t.enable_graph_mode else tf.function(
+            self._apply_graph, autograph=False, reduce_retracing=False,
+            input_signature=[[tf.TensorSpec(v.shape, tf.float32) for v in self.variables], tf.TensorSpec([], tf.bool)])
         self.train_functions: dict[ShapeKey, Callable] = {}
         self.validate_functions: dict[ShapeKey, Callable] = {}
         self.warmup_seconds: dict[str, float] = {}  # "<kind>_step[<shape>]" -> trace + warm-up runs, seconds
@@ -174,6 +180,14 @@ class TrainingSteps:
         if self.adversarial:
             self.discriminator_optimizer.apply(grads[count:], self.discriminator.trainable_variables)
 
+    def _apply_graph(self, grads: list[tf.Tensor], apply_now: tf.Tensor) -> tf.Tensor:
+        """The optimizer updates if ``apply_now`` (a ``tf.cond`` in cross-replica context); whether they ran."""
+        def apply() -> tf.Tensor:
+            self.strategy.run(self._replica_apply, args=(grads,))
+            return tf.constant(True)
+
+        return tf.cond(apply_now, apply, lambda: tf.constant(False))
+
     def _update_loss_scale(self, boundary: tf.Tensor, applied: tf.Tensor) -> None:
         """Keras LossScaleOptimizer policy on its own variables: /2 on overflow, x2 after growth steps."""
         scale, counter = self.optimizer.dynamic_scale, self.optimizer.step_counter
@@ -219,11 +233,7 @@ class TrainingSteps:
                 if self.adversarial else []
             grads = [*model_grads, *discriminator_grads]
 
-        def apply() -> tf.Tensor:
-            self.strategy.run(self._replica_apply, args=(grads,))
-            return tf.constant(True)
-
-        applied = tf.cond(apply_now, apply, lambda: tf.constant(False))
+        applied = self.apply_function(grads, apply_now)
         skipped = tf.logical_and(boundary, tf.logical_not(finite))
         self.nonfinite_in_a_row.assign(tf.where(skipped, self.nonfinite_in_a_row + 1,
                                                 tf.where(boundary, tf.zeros_like(self.nonfinite_in_a_row),
