@@ -1,4 +1,4 @@
-"""Benchmark: the trainer's warm-up as shipped against AutoGraph on, and against the update traced into every bucket.
+"""Benchmark: the trainer's warm-up as shipped against AutoGraph on and against the shared work it traced again.
 
 Every compiled function of myxtts (train / validate steps, the summary forward, synthesis, export) is built with
 ``tf.function(..., autograph=False)``: its control flow is written as ``tf.while_loop`` / ``tf.cond``, so AutoGraph's
@@ -6,7 +6,9 @@ source conversion of every layer's Python buys nothing and costs tracing time. M
 ``tf.function`` call in the child gets ``autograph=True``, also the mel front end's and the vocoder's, which the
 warm-up does not trace); mode "plain" runs the code as shipped. The optimizer update does not depend on the batch's
 shape, so every bucket's train step calls one update function (``TrainingSteps.apply_function``, traced once); mode
-"per_bucket_update" traces the update into each bucket's step instead, as the trainer did before.
+"per_bucket_update" traces the update into each bucket's step instead, as the trainer did before. A validate step is
+built only for the buckets the validation split fills (no other shape reaches it); mode "validate_every_bucket"
+builds one for every bucket, as before.
 
 Each round starts one fresh process per mode (tracing caches are per process), order alternated, and times the
 trainer on the bundled corpus from the start of its compile stage (a parallel or autoregressive tiny model,
@@ -29,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, emit_result, paired_ratios, run_child, spread, write_report  # noqa: E402
 from myxtts.machine import machine  # noqa: E402
 
-MODES = ("plain", "autograph", "per_bucket_update")
+MODES = ("plain", "autograph", "per_bucket_update", "validate_every_bucket")
 
 
 def config(root: str, decoder: str, buckets: int):
@@ -68,6 +70,15 @@ def child(mode: str, root: str, decoder: str, buckets: int) -> None:
             self.apply_function = self._apply_graph  # a plain method: traced again inside each bucket's train step
 
         TrainingSteps.__init__ = update_in_every_bucket
+    if mode == "validate_every_bucket":
+        from myxtts.training.steps import TrainingSteps
+
+        shipped_build = TrainingSteps.build
+
+        def validate_steps_for_every_bucket(self, signatures, wrap, validate_buckets=None):
+            shipped_build(self, signatures, wrap, None)  # None: a validate step for every signature
+
+        TrainingSteps.build = validate_steps_for_every_bucket
     from myxtts.training import run
 
     started = time.perf_counter()
@@ -104,12 +115,13 @@ def main() -> None:
                 results[mode].append(outcome)
     warmups = {mode: [r.get("warmup_seconds") for r in rounds] for mode, rounds in results.items()}
     report = {
-        "benchmark": "trainer warm-up as shipped vs AutoGraph on and vs the update traced into every bucket",
+        "benchmark": "trainer warm-up as shipped vs AutoGraph on, the update traced per bucket, every bucket validated",
         "machine": machine(), "environment": tensorflow_environment(),
         "setup": {"decoder": args.decoder, "buckets": args.buckets, "rounds": args.rounds, "corpus": "bundled"},
         "warmup_seconds": {mode: spread(values) for mode, values in warmups.items()},
         "plain_over_autograph": paired_ratios(warmups["plain"], warmups["autograph"]),
         "plain_over_per_bucket_update": paired_ratios(warmups["plain"], warmups["per_bucket_update"]),
+        "plain_over_validate_every_bucket": paired_ratios(warmups["plain"], warmups["validate_every_bucket"]),
         "same_first_loss": len({r.get("loss_first") for rounds in results.values() for r in rounds}) == 1,
         # the second step's loss follows the first update: the same in every mode if the update is the same
         "same_last_loss": len({r.get("loss_last") for rounds in results.values() for r in rounds}) == 1,

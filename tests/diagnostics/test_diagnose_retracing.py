@@ -100,7 +100,7 @@ def test_step_retracing_after_warmup_names_function_path_and_cause(prepared_cach
         def __call__(self, batch):  # 0 at warm-up and at the first step (warm-up restores it), 1 at the next
             return self.function(batch, int(self.steps.micro_step.numpy()))
 
-    def build(self, signatures, wrap):
+    def build(self, signatures, wrap, validate_buckets=None):
         for index, spec in enumerate(signatures):
             key = shape_key(spec)
             if isinstance(getattr(self, "signatures", None), dict):  # warm-up runs each step on a batch of its spec

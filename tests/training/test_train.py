@@ -57,13 +57,18 @@ def test_cli_trains_80_shuffled_steps_without_a_single_retrace(prepared_cache, t
     shapes = summary["batch_shapes"]
     assert shapes >= 2  # variable-length buckets really were exercised
     assert all(info["traces"] == 1 for info in summary["traces"].values())  # traced once each, at warm-up
-    # train + validate per shape, + the summary function, + the listening synthesis (training.listen_sentences):
+    # train per shape, + validate per validated shape, + the summary function, + the listening synthesis:
     # its duration function and a decode function per mel bucket
     from myxtts.synthesis.decoding import mel_buckets
 
     listening = [name for name in summary["traces"] if name.startswith("listening_")]
     assert len(listening) == 2 + len(mel_buckets(cfg.data.max_mel_frames))  # latents, durations, decode per bucket
-    assert summary["warmup_traces"] == 2 * shapes + 1 + len(listening)
+    # a validate step only for each bucket the validation clips fall in: no other shape ever reaches it
+    from myxtts.data.pipeline import InputPipeline
+
+    validated = [name for name in summary["traces"] if name.startswith("validate_step[")]
+    assert len(validated) == len(InputPipeline(cfg, "validation").buckets_in_use()) >= 1
+    assert summary["warmup_traces"] == shapes + len(validated) + 1 + len(listening)
     # warm-up calls go through the retrace monitor: retraces.jsonl holds exactly those first traces, all expected
     events = [json.loads(line) for line in (tmp_path / "run" / "retraces.jsonl").read_text().splitlines()]
     assert len(events) == summary["warmup_traces"] and all(event["cause"] == FIRST_TRACE for event in events)

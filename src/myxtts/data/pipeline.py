@@ -147,6 +147,11 @@ class InputPipeline:
         return [{key: tf.TensorSpec([k, *spec.shape.as_list()], spec.dtype) for key, spec in signature.items()}
                 for signature in batches]
 
+    def buckets_in_use(self) -> list[int]:
+        """Indices of the buckets this split's utterances fall in: the only shapes its batches take (a validation
+        pass emits no other, so only these need a compiled validate step)."""
+        return sorted(int(index) for index in np.unique(self.row_buckets[self.rows]))
+
     def batch_signatures(self) -> list[dict[str, tf.TensorSpec]]:
         """One fully static batch signature per bucket (what validate steps and the model see)."""
         n_mels, reference_frames = self.source.n_mels, self.cfg.data.reference_frames

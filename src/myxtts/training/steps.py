@@ -29,7 +29,7 @@ is given in a replica context; ours are already reduced, so each replica hands i
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import keras
 import tensorflow as tf
@@ -288,22 +288,29 @@ class TrainingSteps:
         return {k: self.strategy.reduce(SUM, v, axis=None) for k, v in per_replica.items()}
 
     # ---- compile / warm up / dispatch -------------------------------------------------------------
-    def build(self, signatures: list[dict], wrap: Callable[[Any, str], Callable]) -> None:
-        """One tf.function per (kind, signature); ``wrap(fn, name)`` lets the monitor watch each."""
+    def build(self, signatures: list[dict], wrap: Callable[[Any, str], Callable],
+              validate_buckets: Collection[int] | None = None) -> None:
+        """One tf.function per (kind, signature); ``wrap(fn, name)`` lets the monitor watch each.
+        ``validate_buckets``: the indices of the signatures a validate step is built for (the buckets the
+        validation split fills: no other shape ever reaches ``validate``); None: every signature."""
         t = self.cfg.training
         blocks = self.steps_per_execution > 1  # train signatures are blocks [K, batch, ...]
         train_body = self._train_block if blocks else self._train_graph
+        batch_keys = [shape_key(unstack_spec(spec) if blocks else spec) for spec in signatures]
+        validated_keys = set(batch_keys) if validate_buckets is None else {batch_keys[i] for i in validate_buckets}
         for index, spec in enumerate(signatures):
             batch_spec = unstack_spec(spec) if blocks else spec
-            key = shape_key(batch_spec)
+            key = batch_keys[index]
             if key in self.train_functions:
                 continue
             self.signatures[key] = batch_spec
             self.train_signatures[key] = spec
             label = f"bucket {index}: {describe_key(key)}"
+            validated = key in validated_keys
             if not t.enable_graph_mode:  # eager, for debugging only: nothing is compiled or traced
                 self.train_functions[key] = train_body
-                self.validate_functions[key] = self._validate_graph
+                if validated:
+                    self.validate_functions[key] = self._validate_graph
                 continue
             # autograph=False: the steps' control flow is written as tf.while_loop / tf.cond, so AutoGraph's source
             # conversion of every layer's Python only lengthens warm-up (docs/benchmarks.md, "Warm-up")
@@ -314,11 +321,12 @@ class TrainingSteps:
             train_prefix = f"train_{self.steps_per_execution}_steps" if blocks else "train_step"
             train_name, validate_name = f"{train_prefix}[{label}]", f"validate_step[{label}]"
             self.warmup_names[train_name] = warmup_name("train", key)
-            self.warmup_names[validate_name] = warmup_name("validate", key)
             self.train_functions[key] = wrap(tf.function(train_body, input_signature=train_signature, **options),
                                              train_name)
-            self.validate_functions[key] = wrap(tf.function(self._validate_graph, input_signature=[batch_spec],
-                                                            **options), validate_name)
+            if validated:
+                self.warmup_names[validate_name] = warmup_name("validate", key)
+                self.validate_functions[key] = wrap(tf.function(self._validate_graph, input_signature=[batch_spec],
+                                                                **options), validate_name)
 
     # ---- warm-up and state snapshot (training/warmup.py) ---------------------------------------------
     def warm_up(self, execute: bool = True, runs: int = 1) -> dict[str, float]:

@@ -146,7 +146,9 @@ class Trainer(StagedRun):
     def stage_compile(self) -> None:
         t = self.cfg.training
         self.traces = TraceAccounting(t.strict_retracing, RunDir(self.workdir).retraces if self.chief else None)
-        self.steps.build(self.signatures, self.traces.watch)
+        # a validate step for each bucket the validation split fills (none without one): no other shape reaches it
+        validated = self.validation_pipeline.buckets_in_use() if self.validation_pipeline else []
+        self.steps.build(self.signatures, self.traces.watch, validated)
         self.summary_batch, self.summary_function = None, None
         if t.summary_every and self.chief and t.distribution == "none":
             self.summary_batch = self._first_batch()
