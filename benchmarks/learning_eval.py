@@ -241,7 +241,11 @@ def plot(report: dict, path: Path) -> None:
         axis.grid(alpha=0.3)
         axis.legend(fontsize=6)
     clips = f" (first {report['train_clips']} clips)" if report.get("train_clips") else ""
-    start = f", fine-tuned from {Path(report['init_from']).name} vs from scratch" if report.get("init_from") else ""
+    arms = [arm for arm in report.get("arms", []) if arm != "finetune"]
+    against = " vs ".join("from scratch" if arm == "scratch" else ", ".join(report.get("variant_set") or [arm])
+                          for arm in arms)
+    start = f", fine-tuned from {Path(report['init_from']).name}" + (f" vs {against}" if against else "") \
+        if report.get("init_from") else ""
     figure.suptitle(f"learning on {report['corpus']}{clips}: {report['decoder']} decoder, "
                     f"{report['config']['model']['preset']} preset, {report['held_out']['count']} held-out "
                     f"sentences{start}")

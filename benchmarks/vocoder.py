@@ -145,7 +145,9 @@ def end_to_end(args, systems: dict, clips: list[tuple[str, str]], mels: list[np.
     texts = [text for _, text in clips]
     free_running = [result.mel for result in synthesizer.synthesize(texts, voices=[voice] * len(texts), vocode=False)]
     teacher = TeacherForcing(synthesizer)
-    teacher_forced = [teacher(text, mel, reference).mel for text, mel in zip(texts, mels)]
+    # a pitch-conditioned model reads each recording's own pitch, as in training
+    teacher_forced = [teacher(text, mel, reference, recording).mel
+                      for text, mel, recording in zip(texts, mels, recordings)]
     report = {"acoustic_run": str(args.acoustic_run), "checkpoint": synthesizer.checkpoint, "systems": {},
               "teacher_forced": {}, "teacher_forced_fine_structure": fine_structure(teacher_forced, mels)}
     print(f"teacher-forced mels against the recordings': {report['teacher_forced_fine_structure']}", flush=True)

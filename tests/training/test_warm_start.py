@@ -169,6 +169,43 @@ def test_resuming_a_run_without_the_mel_discriminator_with_one_is_refused(prepar
     assert _digest(workdir) == before
 
 
+def test_pitch_conditioning_warm_starts_from_a_model_without_it_trains_and_speaks(prepared_cache, source_run,
+                                                                                     tmp_path):
+    """The pitch modules start fresh (the rest copied), the pitch loss is trained on the clips' own F0 without a
+    retrace, the run synthesises with its predicted pitch; resuming it without pitch, or the source with it, is
+    refused."""
+    from myxtts.synthesis import Synthesizer
+    from myxtts.training import run
+    from myxtts.training.trainer import WorkdirError
+
+    pitch = {"pitch_conditioning": True}
+    summary = run(_config(prepared_cache, model=pitch, training={"init_from": str(source_run)}), tmp_path / "run",
+                  progress=False, echo=lambda _: None)
+    assert summary["retraces_after_warmup"] == 0 and summary["updates"] == 4
+    record = json.loads((tmp_path / "run" / "init_from.json").read_text())
+    assert record["fresh_variables"] and record["variables"] == len(_weights(Synthesizer.from_run(source_run).model))
+    assert all(path.split("/")[1] in ("pitch_predictor", "pitch_embedding") for path in record["fresh_variables"])
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    pitch_losses = [r["pitch"] for r in records if r["split"] == "train"]
+    assert len(pitch_losses) == 4 and all(0 < value < 10 for value in pitch_losses)
+    synthesizer = Synthesizer.from_run(tmp_path / "run", truncate_long=True)  # its predicted pitch; 4 steps: long
+    texts = ["A short one.", "The model reads this longer sentence aloud."]
+    results = synthesizer.synthesize(texts, bundled_wavs(3)[2], batch_size=1)
+    assert [r.frames > 0 and np.isfinite(r.waveform).all() for r in results] == [True, True]
+    traced = synthesizer.tracing_count()
+    again = synthesizer.synthesize(texts, bundled_wavs(3)[2], batch_size=1)
+    assert synthesizer.tracing_count() == traced  # compiled once per shape
+    np.testing.assert_allclose(again[1].mel, results[1].mel, atol=1e-5)
+    with pytest.raises(WorkdirError, match="trained with pitch conditioning"):
+        run(_config(prepared_cache, training={"max_steps": 6}), tmp_path / "run", resume=True, progress=False,
+            echo=lambda _: None)
+    resumed = tmp_path / "source"
+    shutil.copytree(source_run, resumed, ignore=shutil.ignore_patterns("run.lock"))
+    with pytest.raises(WorkdirError, match="trained without pitch conditioning.*--init-from"):
+        run(_config(prepared_cache, model=pitch, training={"max_steps": 8}), resumed, resume=True, progress=False,
+            echo=lambda _: None)
+
+
 def test_bad_sources_are_clear_errors(prepared_cache, source_run, tmp_path):
     from myxtts.training import run
     from myxtts.training.warm_start import WarmStartError

@@ -34,6 +34,10 @@ The validation split (repeat=False) pads each bucket's rows to a whole number of
 its own rows, so no validation utterance is dropped. The bucket plan is computed on all utterances
 (train and validation), so both splits share the same signatures and nothing retraces.
 
+Pitch (``model.pitch_conditioning``): the parse map also reads the audio the mel was computed from (the cache's
+``.wav`` beside each utterance file, or the decoded clip on the fly) and adds its F0, one value per mel frame
+(``myxtts.pitch``, TF ops), padded with zeros like the mel: a ``pitch`` key ``[batch, mel_frames]`` in every batch.
+
 References (voice conditioning): for each utterance, another utterance of the same speaker (chosen
 at random among all cached utterances, never the target itself); then a random crop of
 ``data.reference_frames`` frames (zero-padded when shorter, ``reference_lengths`` = true length).
@@ -65,6 +69,7 @@ graph_only = tf.autograph.experimental.do_not_convert
 logger = logging.getLogger(__name__)
 
 BATCH_KEYS = ("tokens", "token_lengths", "mel", "mel_lengths", "reference_mel", "reference_lengths", "speaker_ids")
+PITCH_KEY = "pitch"  # with model.pitch_conditioning: frame F0 [batch, mel_frames] Hz, 0 unvoiced and at padding
 
 
 @graph_only
@@ -103,6 +108,7 @@ class InputPipeline:
             s.mel_stats = mel_stats
         self.mel_stats = s.mel_stats  # MelStats: batches hold (log mel - mean) / std; the trainer saves them
         self.plan = self._load_plan()
+        self.batch_keys = (*BATCH_KEYS, PITCH_KEY) if cfg.model.pitch_conditioning else BATCH_KEYS
         self.row_buckets = self.plan.assign(s.token_lengths, s.mel_lengths)  # [utterances], -1 = fits no bucket
         wanted = set(s.manifest["splits"][split])
         in_split = np.array([utterance_id in wanted for utterance_id in s.ids], dtype=bool)
@@ -166,6 +172,8 @@ class InputPipeline:
                 "reference_lengths": tf.TensorSpec([b.batch_size], tf.int32),
                 "speaker_ids": tf.TensorSpec([b.batch_size], tf.int32),
             })
+            if PITCH_KEY in self.batch_keys:
+                out[-1][PITCH_KEY] = tf.TensorSpec([b.batch_size, b.mel_frames], tf.float32)
         return out
 
     def fill_report(self) -> FillReport:
@@ -261,7 +269,7 @@ class InputPipeline:
             dataset = dataset.group_by_window(
                 key_func=graph_only(lambda batch: tf.cast(batch["bucket"][0], tf.int64)),
                 reduce_func=graph_only(lambda _, window: window.batch(steps, drop_remainder=True)), window_size=steps)
-        dataset = dataset.map(graph_only(lambda batch: {key: batch[key] for key in BATCH_KEYS}),
+        dataset = dataset.map(graph_only(lambda batch: {key: batch[key] for key in self.batch_keys}),
                               num_parallel_calls=parallel)
         if d.service_address:  # everything above runs on the tf.data service workers (myxtts.data.service)
             from myxtts.data.service import distribute
@@ -289,6 +297,8 @@ class InputPipeline:
                   "reference_mel": tf.constant([self.cfg.data.reference_frames, self.source.n_mels], tf.int64),
                   **{name: scalar for name in ("token_lengths", "mel_lengths", "reference_lengths", "speaker_ids",
                                                "row", "bucket")}}
+        if PITCH_KEY in self.batch_keys:
+            shapes[PITCH_KEY] = tf.reshape(mel, [1])
         return window.padded_batch(self._window_size(key), padded_shapes=shapes, drop_remainder=True)
 
     def _prefetch(self, dataset: tf.data.Dataset) -> tf.data.Dataset:

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.data.cache import CacheError, FeatureCache, tf_read_utterance
+from myxtts.pitch import frame_f0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -62,6 +63,12 @@ def crop_and_pad(mel: tf.Tensor, start: tf.Tensor, frames: int) -> tuple[tf.Tens
     return padded, length
 
 
+def frames_pitch(waveform: tf.Tensor, frames: tf.Tensor, sample_rate: int, hop_length: int) -> tf.Tensor:
+    """Frame F0 ``[frames]`` Hz (0 unvoiced) of ``waveform`` ``[samples]``, exactly as many values as its mel."""
+    f0 = frame_f0(waveform, sample_rate, hop_length)[:frames]  # [<= frames]
+    return tf.pad(f0, [[0, frames - tf.shape(f0)[0]]])
+
+
 def single_clip_rows(speaker_ids: np.ndarray) -> np.ndarray:
     """[utterances] bool: True where the utterance's speaker has no other utterance in the cache."""
     counts = np.bincount(speaker_ids) if speaker_ids.size else np.zeros(0, np.int64)
@@ -99,6 +106,8 @@ class CacheSource:
         self.n_mels = c.n_mels
         self.mel_stats = c.mel_stats  # CacheError naming the cache when the manifest has none
         self.paths = tf.constant(c.paths())  # [utterances] string
+        self.pitch = cfg.model.pitch_conditioning  # parse adds "pitch": frame F0 [frames] Hz (myxtts.pitch)
+        self.sample_rate, self.hop = cfg.audio.sample_rate, cfg.audio.hop_length
 
     def _read(self, row: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         return tf_read_utterance(tf.gather(self.paths, row), self.n_mels)  # tokens [t] int32, mel [f, n_mels] f16
@@ -106,7 +115,12 @@ class CacheSource:
     def parse(self, row: tf.Tensor) -> dict[str, tf.Tensor]:
         tokens, mel = self._read(row)
         mel = self.mel_stats.normalize(tf.cast(mel, tf.float32))  # [frames, n_mels]
-        return {"tokens": tokens, "mel": tf.ensure_shape(mel, [None, self.n_mels])}
+        element = {"tokens": tokens, "mel": tf.ensure_shape(mel, [None, self.n_mels])}
+        if self.pitch:  # the F0 of the audio the mel was computed from, stored beside it
+            wav_path = tf.strings.regex_replace(tf.gather(self.paths, row), r"\.utt$", ".wav")
+            waveform, _ = tf.audio.decode_wav(tf.io.read_file(wav_path), desired_channels=1)  # [samples, 1]
+            element["pitch"] = frames_pitch(waveform[:, 0], tf.shape(mel)[0], self.sample_rate, self.hop)
+        return element
 
     def reference_mel(self, row: tf.Tensor, frames: int, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         _, mel = self._read(row)  # [frames_row, n_mels] float16
@@ -153,6 +167,7 @@ class WavSource:
         self.mel_lengths = np.array(frames, np.int32)
         self.n_mels = cfg.audio.n_mels
         self.paths = tf.constant([str(e.audio_path) for e in entries])
+        self.pitch = cfg.model.pitch_conditioning
         self.tokens = tf.RaggedTensor.from_row_lengths(tf.constant(cache.tokens), tf.constant(self.token_lengths))
 
     def _mel(self, waveform: tf.Tensor) -> tf.Tensor:
@@ -162,7 +177,11 @@ class WavSource:
         from myxtts.audio import tf_load_wav
 
         waveform = tf_load_wav(tf.gather(self.paths, row), self.sample_rate)  # [samples]
-        return {"tokens": self.tokens[row], "mel": self.mel_stats.normalize(self._mel(waveform))}
+        mel = self.mel_stats.normalize(self._mel(waveform))  # [frames, n_mels]
+        element = {"tokens": self.tokens[row], "mel": mel}
+        if self.pitch:
+            element["pitch"] = frames_pitch(waveform, tf.shape(mel)[0], self.sample_rate, self.hop)
+        return element
 
     def reference_mel(self, row: tf.Tensor, frames: int, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         from myxtts.audio import tf_load_wav

@@ -103,7 +103,7 @@ def evaluate(synthesizer: Synthesizer, entries: list[CorpusEntry], pool: list[Co
             if synthesizer.tracing_count() == traced:
                 break
         seconds, compute_seconds = len(result.waveform) / rate, result.decode_seconds + result.vocoder_seconds
-        forced = teacher(entry.text, real_mel, reference.audio_path)
+        forced = teacher(entry.text, real_mel, reference.audio_path, real_wave)
         item = {"id": entry.id, "reference_id": reference.id, "tokens": int(len(result.tokens)),
                 "real_frames": int(real_mel.shape[0]), "synthesized_frames": result.frames,
                 "length_ratio": result.frames / real_mel.shape[0],

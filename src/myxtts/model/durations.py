@@ -39,6 +39,16 @@ class DurationPredictor(BuiltByFirstCall, keras.layers.Layer):
         return tf.where(mask, log_durations, 0.0)
 
 
+class PitchPredictor(DurationPredictor):
+    """text encodings ``[B, T_text, d]`` -> each token's standardised log F0 ``[B, T_text]`` float32 (0 at padding):
+    the duration predictor's layers on the same stop-gradient encodings (``model.pitch_conditioning``), its output
+    layer zero-initialised: it starts at the utterance's mean pitch (0) and learns the contour from there."""
+
+    def __init__(self, dropout: float, sites: SiteCounter, **kwargs):
+        super().__init__(dropout, sites, **kwargs)
+        self.output_proj = keras.layers.Dense(1, kernel_initializer="zeros", name="output")
+
+
 def durations_from_log(log_durations, token_lengths, length_scale=1.0) -> tf.Tensor:
     """Predicted log(1 + frames) ``[B, T_text]`` -> whole frames ``[B, T_text]`` int32: scaled by ``length_scale``
     (a number, or ``[B]`` one per item; > 1 slower speech), rounded, at least 1 for every real token (the aligner

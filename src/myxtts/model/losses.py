@@ -15,6 +15,8 @@ this batch's own (validation, tests).
 - ``forward_sum``: the aligner's forward-sum loss (per token, mean over utterances).
 - ``duration``: MSE of the predicted log(1 + frames) against the aligner's durations, per real token.
 - ``binarization``: -log soft alignment on the hard path, per real frame; ramped in by the optimizer step.
+- ``pitch`` (``model.pitch_conditioning``, batches with ``pitch``): MSE of the predicted token pitch against the
+  recordings', per real token, weighted ``PITCH_WEIGHT`` (FastPitch's 0.1).
 
 Both decoders train on the same losses: the text reaches either only through the durations.
 """
@@ -28,6 +30,7 @@ from myxtts.model.alignment import binarization_loss, forward_sum_loss
 from myxtts.model.layers import static_or_dynamic_dim
 
 NORMALIZER_KEYS = ("mel_elements", "utterances", "tokens")
+PITCH_WEIGHT = 0.1
 
 
 def _masked_sum(values: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
@@ -102,6 +105,10 @@ def compute_losses(batch: dict, outputs: dict, cfg: Config, normalizers: dict[st
     ramp = binarization_schedule(step, m.binarization_start_step, m.binarization_ramp_steps)
     total = (losses["mel_l1_before"] + losses["mel_l1_after"] + m.forward_sum_weight * losses["forward_sum"]
              + m.duration_weight * losses["duration"] + m.binarization_weight * ramp * losses["binarization"])
+    if "token_pitch" in outputs:
+        error = tf.square(tf.cast(outputs["pitch_predictions"], tf.float32) - outputs["token_pitch"])
+        losses["pitch"] = _masked_sum(error, token_mask) / count["tokens"]
+        total = total + PITCH_WEIGHT * losses["pitch"]
     if m.mel_l2_weight > 0:
         total = total + m.mel_l2_weight * losses["mel_l2"]
     if m.mel_delta_weight > 0:

@@ -51,6 +51,7 @@ class ModelDims:
     reduction_factor: int
     dropout: float
     max_positions: int
+    pitch_conditioning: bool = False  # a pitch predictor and embedding (model/pitch.py)
 
 
 def resolve_dims(model_cfg: ModelConfig, vocab_size: int, n_mels: int) -> ModelDims:
@@ -70,7 +71,7 @@ def resolve_dims(model_cfg: ModelConfig, vocab_size: int, n_mels: int) -> ModelD
         raise ValueError(f"vocab_size must be >= 3 (pad, bos, eos), got {vocab_size}.")
     return ModelDims(vocab_size=vocab_size, n_mels=n_mels, reduction_factor=model_cfg.reduction_factor,
                      dropout=model_cfg.dropout, max_positions=model_cfg.max_attention_sequence_length,
-                     **values)
+                     pitch_conditioning=model_cfg.pitch_conditioning, **values)
 
 
 def describe(dims: ModelDims) -> dict[str, int | float]:

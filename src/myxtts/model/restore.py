@@ -25,6 +25,20 @@ def checkpoint_decoder_type(checkpoint: str | Path) -> str | None:
     """The decoder a checkpoint's model holds: "parallel", "autoregressive" (an aligner, and a decoder with or
     without a prenet) or ``EARLIER_DESIGN`` (a decoder and no aligner); None: unreadable. Read from the
     checkpoint's object graph: the model's variables are saved under the optimizer's names."""
+    parts = _model_parts(checkpoint)
+    if parts is None:
+        return None
+    graph, children = parts
+    if "decoder" not in children:
+        return None
+    if "aligner" not in children:
+        return EARLIER_DESIGN
+    decoder_parts = {child.local_name for child in graph.nodes[children["decoder"]].children}
+    return "autoregressive" if "prenet" in decoder_parts else "parallel"
+
+
+def _model_parts(checkpoint: str | Path) -> tuple[Any, dict[str, int]] | None:
+    """(the checkpoint's object graph, the model's top-level modules by name -> node id); None: unreadable."""
     from tensorflow.core.protobuf import trackable_object_graph_pb2
 
     try:
@@ -33,13 +47,13 @@ def checkpoint_decoder_type(checkpoint: str | Path) -> str | None:
         model = next(child.node_id for child in graph.nodes[0].children if child.local_name == "model")
     except (tf.errors.OpError, ValueError, StopIteration):
         return None
-    children = {child.local_name: child.node_id for child in graph.nodes[model].children}
-    if "decoder" not in children:
-        return None
-    if "aligner" not in children:
-        return EARLIER_DESIGN
-    decoder_parts = {child.local_name for child in graph.nodes[children["decoder"]].children}
-    return "autoregressive" if "prenet" in decoder_parts else "parallel"
+    return graph, {child.local_name: child.node_id for child in graph.nodes[model].children}
+
+
+def checkpoint_has_pitch(checkpoint: str | Path) -> bool | None:
+    """Whether a checkpoint's model has the pitch modules (``model.pitch_conditioning``); None: unreadable."""
+    parts = _model_parts(checkpoint)
+    return None if parts is None else "pitch_predictor" in parts[1]
 
 
 def decoder_mismatch(checkpoint: str, held: str | None, wanted: str) -> str | None:

@@ -10,6 +10,7 @@ Where a batch is consumed (``TTSModel.call``)::
     log_duration_predictions = duration_predictor(text)                 # [B, T_text] (trained on durations)
     frames = hard @ text                                                 # [B, T_mel, d]  (length regulator)
     latents = conditioning_encoder(reference mel)                       # [B, K, d]
+    (model.pitch_conditioning: text += pitch_embedding(token pitch); model/pitch.py)
     mel_before = decoder(frames, latents); mel_after = postnet(mel_before)
 
 At synthesis the hard alignment comes from the predicted durations instead (``durations_from_log`` +
@@ -27,9 +28,10 @@ import tensorflow as tf
 
 from myxtts.model.alignment import AlignmentEncoder, durations_from_alignment, monotonic_alignment_search
 from myxtts.model.postnet import Postnet
-from myxtts.model.durations import DurationPredictor, alignment_from_durations, length_regulate
+from myxtts.model.durations import DurationPredictor, PitchPredictor, alignment_from_durations, length_regulate
 from myxtts.model.encoders import ConditioningEncoder, TextEncoder
 from myxtts.model.layers import BuiltByFirstCall, SiteCounter, length_mask, static_or_dynamic_dim, track_listed_layers
+from myxtts.model.pitch import PitchEmbedding, token_pitch_targets
 from myxtts.model.presets import ModelDims
 
 
@@ -49,6 +51,9 @@ class TTSModel(BuiltByFirstCall, keras.Model):
         self.duration_predictor = DurationPredictor(dims.dropout, sites, name="duration_predictor")
         self.decoder = self.make_decoder(dims, sites)
         self.postnet = Postnet(dims, sites, name="postnet")
+        if dims.pitch_conditioning:  # model/pitch.py; built last, so the other layers keep their names and sites
+            self.pitch_predictor = PitchPredictor(dims.dropout, sites, name="pitch_predictor")
+            self.pitch_embedding = PitchEmbedding(dims.d_model, name="pitch_embedding")
         track_listed_layers(self)
 
     def make_decoder(self, dims: ModelDims, sites: SiteCounter) -> keras.layers.Layer:
@@ -68,11 +73,18 @@ class TTSModel(BuiltByFirstCall, keras.Model):
         return self.duration_predictor(text_encodings, token_lengths, training=training, seed=seed)
 
     def decode(self, text_encodings, hard_alignment, mel_lengths, latents, target_mel=None, training=False,
-               seed=None):
+               seed=None, token_pitch=None):
         """(text ``[B, T_text, d]``, hard alignment ``[B, T_mel, T_text]``, mel_lengths ``[B]``, latents) ->
         (mel_before, mel_after) ``[B, T_mel, n_mels]`` float32, zero past each length. ``target_mel`` (the
         normalised target, training only) is what a decoder that reads its previous frames is teacher-forced
-        with; None: synthesis."""
+        with; None: synthesis. ``token_pitch`` ``[B, T_text]`` (pitch conditioning): the recordings' token pitch;
+        None: the predicted one."""
+        if self.dims.pitch_conditioning:
+            token_mask = tf.reduce_sum(tf.cast(hard_alignment, tf.float32), axis=1) > 0.0  # [B, T_text]: >= 1 frame
+            if token_pitch is None:
+                token_lengths = tf.reduce_sum(tf.cast(token_mask, tf.int32), axis=1)
+                token_pitch = self.pitch_predictor(text_encodings, token_lengths, training=training, seed=seed)
+            text_encodings = text_encodings + self.pitch_embedding(token_pitch, token_mask)
         frame_mask = length_mask(mel_lengths, static_or_dynamic_dim(hard_alignment, 1))  # [B, T_mel]
         frames = length_regulate(hard_alignment, text_encodings)  # [B, T_mel, d]
         mel_before = self.run_decoder(frames, frame_mask, latents, target_mel, training=training, seed=seed)
@@ -97,7 +109,9 @@ class TTSModel(BuiltByFirstCall, keras.Model):
     def call(self, batch, training=False, seed=None):
         """batch: the contract dict (docs/architecture.md), ``mel`` normalised. Returns mel_before / mel_after
         ``[B, T_mel, n_mels]``, alignments (soft, ``[B, T_mel, T_text]``), log_alignment, hard_alignment,
-        durations ``[B, T_text]`` int32 and log_duration_predictions ``[B, T_text]``."""
+        durations ``[B, T_text]`` int32 and log_duration_predictions ``[B, T_text]``; with pitch conditioning
+        pitch_predictions ``[B, T_text]``, and token_pitch (the targets) when the batch has ``pitch`` ``[B, T_mel]``
+        (frame F0 in Hz)."""
         tokens, token_lengths = batch["tokens"], batch["token_lengths"]
         mel, mel_lengths = tf.cast(batch["mel"], tf.float32), batch["mel_lengths"]
         text = self.encode_text(tokens, token_lengths, training=training, seed=seed)
@@ -105,10 +119,15 @@ class TTSModel(BuiltByFirstCall, keras.Model):
         hard = monotonic_alignment_search(log_alignment, token_lengths, mel_lengths)  # [B, T_mel, T_text]
         latents = self.encode_reference(batch["reference_mel"], batch["reference_lengths"], training=training,
                                         seed=seed)
+        pitch = {}
+        if self.dims.pitch_conditioning:  # the recordings' pitch when the batch has it (training, teacher forcing)
+            pitch["pitch_predictions"] = self.pitch_predictor(text, token_lengths, training=training, seed=seed)
+            if "pitch" in batch:
+                pitch["token_pitch"] = token_pitch_targets(batch["pitch"], mel_lengths, hard)  # [B, T_text]
         mel_before, mel_after = self.decode(text, hard, mel_lengths, latents, target_mel=mel, training=training,
-                                            seed=seed)
+                                            seed=seed, token_pitch=pitch.get("token_pitch"))
         frame_mask = length_mask(mel_lengths, static_or_dynamic_dim(mel, 1))[..., None]
-        return {"mel_before": mel_before, "mel_after": mel_after,
+        return {**pitch, "mel_before": mel_before, "mel_after": mel_after,
                 "alignments": tf.exp(log_alignment) * tf.cast(frame_mask, tf.float32),
                 "log_alignment": log_alignment, "hard_alignment": hard,
                 "durations": durations_from_alignment(hard),

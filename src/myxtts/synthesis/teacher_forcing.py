@@ -2,7 +2,8 @@
 
 What ``evaluate`` measures the model's fit with (held-out clips) and what ``train-vocoder --acoustic-run`` fine-tunes
 a vocoder on (the acoustic model's own mels of the training clips). One function per (text bucket, frame bucket)
-with a static signature; frames are padded to multiples of ``TEACHER_FORCED_FRAME_MULTIPLE``.
+with a static signature; frames are padded to multiples of ``TEACHER_FORCED_FRAME_MULTIPLE``. A pitch-conditioned model
+(``model.pitch_conditioning``) reads the recordings' pitch when the clip's audio is given, as in training.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.diagnostics.tf_warning import first_trace_expected
+from myxtts.pitch import frame_f0
 from myxtts.synthesis.synthesizer import Reference, Synthesizer
 from myxtts.text import PAD_ID
 
@@ -40,10 +42,10 @@ class TeacherForcing:
 
     def __init__(self, synthesizer: Synthesizer) -> None:
         self.synthesizer = synthesizer
-        self.functions: dict[tuple[int, int], Any] = {}
+        self.functions: dict[tuple[int, int, bool], Any] = {}
 
-    def _function(self, text_len: int, frames: int):
-        key = (text_len, frames)
+    def _function(self, text_len: int, frames: int, pitch: bool):
+        key = (text_len, frames, pitch)
         if key not in self.functions:
             cfg = self.synthesizer.cfg
             spec = {"tokens": tf.TensorSpec([1, text_len], tf.int32), "token_lengths": tf.TensorSpec([1], tf.int32),
@@ -51,14 +53,19 @@ class TeacherForcing:
                     "mel_lengths": tf.TensorSpec([1], tf.int32),
                     "reference_mel": tf.TensorSpec([1, cfg.data.reference_frames, cfg.audio.n_mels], tf.float32),
                     "reference_lengths": tf.TensorSpec([1], tf.int32), "speaker_ids": tf.TensorSpec([1], tf.int32)}
+            if pitch:
+                spec["pitch"] = tf.TensorSpec([1, frames], tf.float32)
             model = self.synthesizer.model
             self.functions[key] = tf.function(lambda batch: model(batch, training=False), input_signature=[spec],
                                               autograph=False)
         return self.functions[key]
 
-    def __call__(self, text: str, mel: np.ndarray, reference: Reference) -> TeacherForced:
+    def __call__(self, text: str, mel: np.ndarray, reference: Reference,
+                 waveform: np.ndarray | None = None) -> TeacherForced:
         """``mel``: the real log mel of ``text`` spoken, ``[frames, n_mels]`` (normalised here for the model; cut at
-        ``data.max_mel_frames``); ``reference``: the voice's clip (a path or a waveform, as ``synthesize`` takes)."""
+        ``data.max_mel_frames``); ``reference``: the voice's clip (a path or a waveform, as ``synthesize`` takes);
+        ``waveform``: the audio ``mel`` was computed from, whose F0 a pitch-conditioned model reads (None: its
+        predicted pitch)."""
         synthesizer = self.synthesizer
         stats = synthesizer.mel_stats
         tokens = synthesizer._encode([text])[0]
@@ -74,7 +81,12 @@ class TeacherForcing:
         batch = {"tokens": padded_tokens, "token_lengths": np.array([len(tokens)], np.int32), "mel": padded_mel,
                  "mel_lengths": np.array([true_frames], np.int32), "reference_mel": reference_mel[None],
                  "reference_lengths": np.array([reference_length], np.int32), "speaker_ids": np.zeros([1], np.int32)}
-        function = self._function(text_len, frames)
+        if synthesizer.cfg.model.pitch_conditioning and waveform is not None:  # the recordings' pitch
+            audio = synthesizer.cfg.audio
+            f0 = frame_f0(np.asarray(waveform, np.float32), audio.sample_rate, audio.hop_length).numpy()  # [frames]
+            batch["pitch"] = np.zeros([1, frames], np.float32)
+            batch["pitch"][0, :min(true_frames, f0.size)] = f0[:true_frames]
+        function = self._function(text_len, frames, "pitch" in batch)
         with first_trace_expected(function):  # one function per bucket shape: its first trace is the design
             outputs = {k: v.numpy()[0] for k, v in function({k: tf.constant(v) for k, v in batch.items()}).items()}
         return TeacherForced(

@@ -5,8 +5,8 @@ small ``checkpoint`` state file that names the latest one, so a crash mid-save l
 checkpoint named and loadable. ``restore_latest`` additionally falls back to older checkpoints if
 the newest is unreadable (e.g. half-written by a killed process on a filesystem without atomic rename).
 
-``check_resumable`` refuses to resume a checkpoint this config's model cannot restore into (another decoder, or the
-mel discriminator newly on), raising ``WorkdirError``.
+``check_resumable`` refuses to resume a checkpoint this config's model cannot restore into (another decoder, pitch
+conditioning switched on or off, or the mel discriminator newly on), raising ``WorkdirError``.
 """
 
 from __future__ import annotations
@@ -30,12 +30,20 @@ class WorkdirError(ValueError):
 
 def check_resumable(directory: Path, latest: str, cfg: Any, adversarial: bool, workdir: Path) -> None:
     """Refuse to resume ``latest`` (a checkpoint in ``directory``) with a config whose model it cannot restore into:
-    another decoder, or the mel discriminator on (``adversarial``) where the run trained without one."""
-    from myxtts.model.restore import checkpoint_decoder_type, decoder_mismatch
+    another decoder, pitch conditioning switched on or off, or the mel discriminator on (``adversarial``) where the run
+    trained without one."""
+    from myxtts.model.restore import checkpoint_decoder_type, checkpoint_has_pitch, decoder_mismatch
 
     problem = decoder_mismatch(f"{directory} (checkpoint {latest})", checkpoint_decoder_type(latest), cfg.model.decoder)
     if problem:
         raise WorkdirError(f"{problem} Or choose another --workdir.")
+    has_pitch = checkpoint_has_pitch(latest)
+    if has_pitch is not None and has_pitch != cfg.model.pitch_conditioning:
+        raise WorkdirError(
+            f"{directory} (checkpoint {latest}) was trained {'with' if has_pitch else 'without'} pitch conditioning, "
+            f"but this config sets 'model.pitch_conditioning: {str(cfg.model.pitch_conditioning).lower()}'. Resume "
+            f"with the run's config.yaml, or start a new run from this one with --init-from {workdir} (a warm start "
+            "adds or drops the pitch modules).")
     names = [name for name, _ in tf.train.list_variables(latest)]
     if adversarial and not any(name.startswith("mel_discriminator/") for name in names):
         raise WorkdirError(

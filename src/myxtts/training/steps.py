@@ -67,7 +67,8 @@ class TrainingSteps:
         self.replicas = strategy.num_replicas_in_sync
         m = cfg.model
         self.adversarial = m.mel_adversarial_weight > 0 or m.mel_feature_matching_weight > 0
-        self.loss_keys = (*LOSS_KEYS, *ADVERSARIAL_LOSS_KEYS) if self.adversarial else LOSS_KEYS
+        self.loss_keys = (*LOSS_KEYS, *(("pitch",) if m.pitch_conditioning else ()),
+                          *(ADVERSARIAL_LOSS_KEYS if self.adversarial else ()))
         self.model_variables = model.trainable_variables
         with strategy.scope():
             # the mel discriminator (model/mel_discriminator.py) and its optimizer, trained in the same step; its

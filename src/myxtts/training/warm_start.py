@@ -36,7 +36,9 @@ from myxtts.run_dir import RunDir, RunError, find_vocabulary, latest_checkpoint,
 logger = logging.getLogger(__name__)
 
 # model sizes that need not agree: dropout has no variable, the positions table is a constant
-_FREE_DIMS = ("vocab_size", "dropout", "max_positions")
+_FREE_DIMS = ("vocab_size", "dropout", "max_positions", "pitch_conditioning")
+# modules a warm start may add or drop (copy_weights): the pitch predictor and embedding (model/pitch.py)
+PITCH_MODULES = ("pitch_predictor/", "pitch_embedding/")
 
 
 class WarmStartError(ValueError):
@@ -170,11 +172,23 @@ def _plain_path(variable: Any) -> str:
     return "/".join(re.sub(r"_\d+$", "", part) for part in variable.path.split("/")[1:])
 
 
-def copy_weights(model: Any, source_model: Any, vocabulary: Any, source_vocabulary: Any) -> int:
-    """Copy every variable of ``source_model`` into ``model`` (same architecture, built in the same order); the
-    text embedding row by row by symbol. Returns the number of variables copied."""
+def _in_pitch_modules(variable: Any) -> bool:
+    return _plain_path(variable).startswith(PITCH_MODULES)
+
+
+def copy_weights(model: Any, source_model: Any, vocabulary: Any, source_vocabulary: Any) -> tuple[int, list[str]]:
+    """Copy every variable of ``source_model`` into ``model`` (same architecture, built in the same order); the text
+    embedding row by row by symbol. The pitch modules (``model.pitch_conditioning``, built last) may be on one side
+    only: a model that adds them keeps their fresh weights (the embedding starts at zero, so it begins as the
+    source), one that drops them ignores the source's. Returns (variables copied, paths kept fresh)."""
     embedding = model.text_encoder.embedding.embeddings
-    ours, theirs = list(model.weights), list(source_model.weights)
+    ours = [variable for variable in model.weights if not _in_pitch_modules(variable)]
+    theirs = [variable for variable in source_model.weights if not _in_pitch_modules(variable)]
+    pitch_ours = [variable for variable in model.weights if _in_pitch_modules(variable)]
+    pitch_theirs = [variable for variable in source_model.weights if _in_pitch_modules(variable)]
+    if pitch_ours and pitch_theirs:  # both have them: copied like the rest
+        ours, theirs = ours + pitch_ours, theirs + pitch_theirs
+    fresh = [variable.path for variable in pitch_ours] if not pitch_theirs else []
     if len(ours) != len(theirs):
         raise WarmStartError(f"training.init_from: the source model has {len(theirs)} variables, this one "
                              f"{len(ours)}: not the same architecture.")
@@ -193,7 +207,7 @@ def copy_weights(model: Any, source_model: Any, vocabulary: Any, source_vocabula
             raise WarmStartError(f"training.init_from: variable {target.path} has shape {tuple(target.shape)} "
                                  f"here and {tuple(value.shape)} in the source.")
         target.assign(value)
-    return len(ours)
+    return len(ours), fresh
 
 
 def warm_start(cfg: Config, model: Any, vocabulary: Any, languages: list[str], workdir: Path,
@@ -217,18 +231,18 @@ def warm_start(cfg: Config, model: Any, vocabulary: Any, languages: list[str], w
         source_model = restore_model(source_cfg, source_vocabulary, source.checkpoint)
     except RunError as err:
         raise WarmStartError(f"training.init_from: {err}") from None
-    copied = copy_weights(model, source_model, vocabulary, source_vocabulary)
+    copied, fresh = copy_weights(model, source_model, vocabulary, source_vocabulary)
     del source_model
     step = _checkpoint_step(source.checkpoint)
     result = {"source": str(source.given), "checkpoint": source.checkpoint, "source_step": step,
               "source_config": str(source.config_path), "variables": copied, "new_symbols": new_symbols,
-              "frozen": list(cfg.training.freeze), "mel_stats": cfg.training.init_mel_stats}
+              "fresh_variables": fresh, "frozen": list(cfg.training.freeze), "mel_stats": cfg.training.init_mel_stats}
     if not record:
         return result
     RunDir(workdir).write_json(RunDir(workdir).init_from, result)
     echo(f"warm start: {copied} variables from {source.checkpoint}" + (f" (step {step})" if step is not None else "")
          + (f"; fresh embedding rows for {len(new_symbols)} new symbol(s): {' '.join(new_symbols)}"
-            if new_symbols else ""))
+            if new_symbols else "") + (f"; {len(fresh)} new variable(s) of the pitch modules start fresh" if fresh else ""))
     if new_symbols:
         logger.info("Warm start: symbols new to the source (fresh rows): %s", new_symbols)
     return result

@@ -26,6 +26,7 @@ def write_acoustic_mels(cfg: Any, acoustic_run: str | Path, out_dir: Path, progr
                         echo: Callable[[str], None] = logger.info) -> Path:
     """Teacher-forced mels of every clip of ``cfg``'s cache by the newest checkpoint of ``acoustic_run``, as utterance
     files under ``out_dir``; reused when ``out_dir`` already holds those of the same checkpoint and cache."""
+    import soundfile
     from tqdm import tqdm
 
     from myxtts.data.cache import FeatureCache, audio_file, write_utterance
@@ -60,7 +61,10 @@ def write_acoustic_mels(cfg: Any, acoustic_run: str | Path, out_dir: Path, progr
                              "`myxtts prepare` again.")
         mel = cache.utterance_mel(row).astype(np.float32)  # [frames, n_mels] real log mel
         reference = cache.cache_dir / audio_file(cache.files[rows[pick_reference(entry, pool).id]])
-        forced = teacher(entry.text, mel, str(reference))  # .mel: [frames', n_mels] real log mel
+        waveform = None
+        if synthesizer.cfg.model.pitch_conditioning:  # the clip's own pitch, as the model read it in training
+            waveform, _ = soundfile.read(str(cache.cache_dir / audio_file(cache.files[row])), dtype="float32")
+        forced = teacher(entry.text, mel, str(reference), waveform)  # .mel: [frames', n_mels] real log mel
         write_utterance(out_dir / cache.files[row], np.asarray(forced.tokens, np.int32), forced.mel)
     (out_dir / SOURCE_FILE).write_text(json.dumps(source, indent=1), encoding="utf-8")
     return out_dir

@@ -1,0 +1,71 @@
+"""Pitch as an input to the decoder (``model.pitch_conditioning``; FastPitch, Łańcucki 2021).
+
+An L1-trained decoder that cannot know the pitch averages over it: harmonics and formant edges come out smoothed.
+With pitch conditioning each token carries one pitch value, added to its encoding before the length regulator:
+
+    targets: frame F0 [B, T_mel] Hz (myxtts.pitch, 0 unvoiced) -> log, standardised over each utterance's voiced
+             frames (the contour; the voice's own level comes from its reference; tracker outliers trimmed) -> mean over each token's voiced
+             frames of the hard alignment -> token pitch [B, T_text] (0: a token with no voiced frame)
+    text' = text + PitchEmbedding(token pitch)          # [B, T_text, d]; the recordings' pitch when known
+    PitchPredictor(text) -> predicted token pitch      # trained by MSE on the targets, used at synthesis
+
+The embedding starts at zero, so a model warm-started from one without pitch begins as that model.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from myxtts.model.layers import BuiltByFirstCall, length_mask, static_or_dynamic_dim
+
+PITCH_EMBEDDING_KERNEL = 3  # tokens the embedding's convolution sees
+PITCH_CLIP = 4.0  # standardised values beyond +-4 (tracker errors) are clipped
+MIN_LOG_F0_STD = 0.02  # an utterance on one note: no division by ~0
+INLIER_RANGE = 2.5  # standard deviations of a first estimate: the frames the final mean and spread are taken over
+
+
+def _moments(values: tf.Tensor, weight: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Weighted mean and standard deviation of each row ``[B, T]`` -> ``[B, 1]`` each."""
+    count = tf.maximum(tf.reduce_sum(weight, axis=1, keepdims=True), 1.0)
+    mean = tf.reduce_sum(values * weight, axis=1, keepdims=True) / count
+    std = tf.sqrt(tf.reduce_sum(tf.square(values - mean) * weight, axis=1, keepdims=True) / count)
+    return mean, tf.maximum(std, MIN_LOG_F0_STD)
+
+
+def standardized_log_f0(frame_f0: tf.Tensor, mel_lengths: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Frame F0 ``[B, T_mel]`` Hz (0 unvoiced) -> (log F0 standardised over each utterance's voiced frames
+    ``[B, T_mel]``, 0 where unvoiced; voiced ``[B, T_mel]`` bool). The mean and spread are those of the frames within
+    ``INLIER_RANGE`` of a first estimate, so a few octave errors of the tracker neither shift nor squash the contour."""
+    frame_f0 = tf.cast(frame_f0, tf.float32)
+    voiced = (frame_f0 > 0.0) & length_mask(mel_lengths, static_or_dynamic_dim(frame_f0, 1))
+    log_f0 = tf.math.log(tf.maximum(frame_f0, 1.0))
+    mean, std = _moments(log_f0, tf.cast(voiced, tf.float32))
+    inliers = voiced & (tf.abs(log_f0 - mean) <= INLIER_RANGE * std)
+    mean, std = _moments(log_f0, tf.cast(inliers, tf.float32))
+    standardized = tf.clip_by_value((log_f0 - mean) / std, -PITCH_CLIP, PITCH_CLIP)
+    return tf.where(voiced, standardized, 0.0), voiced
+
+
+def token_pitch_targets(frame_f0: tf.Tensor, mel_lengths: tf.Tensor, hard_alignment: tf.Tensor) -> tf.Tensor:
+    """Frame F0 ``[B, T_mel]`` Hz + hard alignment ``[B, T_mel, T_text]`` -> each token's mean standardised log F0
+    over its voiced frames ``[B, T_text]`` float32 (0 for a token without one, and at padding)."""
+    values, voiced = standardized_log_f0(frame_f0, mel_lengths)
+    hard = tf.cast(hard_alignment, tf.float32)
+    weight = tf.cast(voiced, tf.float32)
+    total = tf.einsum("bt,btn->bn", values * weight, hard)  # [B, T_text]
+    count = tf.einsum("bt,btn->bn", weight, hard)
+    return tf.where(count > 0.0, total / tf.maximum(count, 1.0), 0.0)
+
+
+class PitchEmbedding(BuiltByFirstCall, keras.layers.Layer):
+    """Token pitch ``[B, T_text]`` -> an encoding update ``[B, T_text, d]`` (zero at padding), zero-initialised."""
+
+    def __init__(self, d_model: int, **kwargs):
+        super().__init__(**kwargs)
+        self.conv = keras.layers.Conv1D(d_model, PITCH_EMBEDDING_KERNEL, padding="same", kernel_initializer="zeros",
+                                        name="conv")
+
+    def call(self, pitch, token_mask):
+        mask = tf.cast(token_mask[..., None], self.compute_dtype)  # [B, T_text, 1]
+        return self.conv(tf.cast(pitch[..., None], self.compute_dtype) * mask) * mask

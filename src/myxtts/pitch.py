@@ -1,0 +1,82 @@
+"""Fundamental frequency (F0) of speech, frame by frame, with TF ops: what ``model.pitch_conditioning`` trains on.
+
+The YIN estimator (de Cheveigné & Kawahara 2002) on the mel front-end's frames: frame t is centred on sample
+``t * hop_length`` (the waveform zero-padded by half a frame at each end), so a clip of ``samples`` gives
+``1 + samples // hop_length`` values, one per mel frame. Per frame:
+
+- the difference function ``d(lag) = sum_j (x_j - x_{j+lag})^2`` over the frame's first ``frame - max_lag`` samples
+  (its cross term by FFT: one ``rfft`` pair per frame);
+- its cumulative-mean normalisation ``d'(lag) = d(lag) * lag / sum_{k<=lag} d(k)`` (1 at lag 0): low where the frame
+  repeats itself after ``lag`` samples, and no dip at lag 0 to confuse;
+- the period: the first local minimum of ``d'`` below ``THRESHOLD`` in the lag range of ``[fmin, fmax]``, refined by a
+  parabola through it and its neighbours; none below the threshold, or a frame more than ``SILENCE_DB`` under the
+  clip's loudest or below ``FLOOR_DB``: unvoiced (0 Hz).
+
+Plain ops with no Python control flow on tensors: they run eagerly, in a tf.function and inside a ``Dataset.map``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tensorflow as tf
+
+FMIN_HZ = 60.0  # below a low male voice
+FMAX_HZ = 500.0  # above a high female voice, below most child speech
+THRESHOLD = 0.3  # d' below this at a dip: the frame is periodic (YIN's paper uses 0.1-0.2)
+MARGIN = 0.1  # the first dip within this of the deepest: the period, not a multiple of it
+SILENCE_DB = 45.0  # frames this far under the clip's loudest frame are unvoiced, whatever d' says
+FLOOR_DB = -80.0  # and frames below this mean power (full scale 0 dB): digital silence repeats itself trivially
+
+
+def frame_f0(waveform: tf.Tensor, sample_rate: int, hop_length: int, frame_length: int | None = None,
+             fmin: float = FMIN_HZ, fmax: float = FMAX_HZ) -> tf.Tensor:
+    """``[samples]`` float32 in [-1, 1] -> F0 in Hz ``[1 + samples // hop_length]`` float32, 0 where unvoiced.
+    ``frame_length`` None: the smallest power of two holding 2.5 periods of ``fmin`` (1024 samples at 22,050 Hz)."""
+    min_lag = max(int(sample_rate // fmax), 2)
+    max_lag = int(-(-sample_rate // fmin))
+    if frame_length is None:
+        frame_length = 1 << math.ceil(math.log2(2.5 * max_lag))
+    if max_lag + 2 >= frame_length:
+        raise ValueError(f"frame_f0: a frame of {frame_length} samples cannot hold a period of {fmin} Hz at "
+                         f"{sample_rate} Hz ({max_lag} samples); use a longer frame or a higher fmin.")
+    window = frame_length - max_lag - 1  # samples each lag compares: [0, window) against [lag, lag + window)
+    waveform = tf.reshape(tf.cast(waveform, tf.float32), [-1])
+    samples = tf.shape(waveform)[0]
+    half = frame_length // 2
+    padded = tf.pad(waveform, [[half, half + hop_length]])
+    frames = tf.signal.frame(padded, frame_length, hop_length)[:1 + samples // hop_length]  # [T, frame_length]
+
+    # d(lag) = e(0) + e(lag) - 2 r(lag): energies of the two windows and their cross-correlation
+    fft_length = 2 * frame_length
+    spectrum = tf.signal.rfft(frames, [fft_length])  # [T, fft_length // 2 + 1]
+    head = tf.signal.rfft(frames[:, :window], [fft_length])
+    cross = tf.signal.irfft(tf.math.conj(head) * spectrum, [fft_length])[:, :max_lag + 2]  # [T, lags]: r(lag)
+    squares = tf.pad(tf.math.cumsum(tf.square(frames), axis=1), [[0, 0], [1, 0]])  # [T, frame_length + 1]
+    energy = squares[:, window:window + max_lag + 2] - squares[:, :max_lag + 2]  # [T, lags]: e(lag)
+    difference = tf.maximum(energy[:, :1] + energy - 2.0 * cross, 0.0)  # [T, lags]
+
+    lags = tf.range(max_lag + 2, dtype=tf.float32)[None, :]  # [1, lags]
+    running = tf.math.cumsum(difference[:, 1:], axis=1)  # [T, lags - 1]: sum_{1..lag} d
+    normalized = tf.concat([tf.ones_like(difference[:, :1]),
+                            difference[:, 1:] * lags[:, 1:] / tf.maximum(running, 1e-12)], axis=1)  # [T, lags]
+
+    # the first dip under the threshold in [min_lag, max_lag]
+    centre = normalized[:, 1:-1]  # lags 1 .. max_lag
+    in_range = (tf.range(1, max_lag + 1) >= min_lag)[None, :]  # [1, lags - 2]
+    lowest = tf.reduce_min(tf.where(in_range, centre, 2.0), axis=1, keepdims=True)  # [T, 1]
+    cutoff = tf.minimum(lowest + MARGIN, THRESHOLD)
+    dip = (centre <= normalized[:, :-2]) & (centre <= normalized[:, 2:]) & (centre <= cutoff) & in_range
+    voiced = lowest[:, 0] < THRESHOLD  # [T]
+    lag = tf.argmax(tf.cast(dip, tf.int32), axis=1, output_type=tf.int32) + 1  # [T] the first dip's lag
+
+    # parabolic interpolation through (lag - 1, lag, lag + 1)
+    rows = tf.range(tf.shape(normalized)[0])
+    left, middle, right = (tf.gather_nd(normalized, tf.stack([rows, lag + offset], axis=1)) for offset in (-1, 0, 1))
+    curvature = left - 2.0 * middle + right
+    shift = tf.where(curvature > 1e-9, 0.5 * (left - right) / tf.maximum(curvature, 1e-9), 0.0)
+    period = tf.cast(lag, tf.float32) + tf.clip_by_value(shift, -1.0, 1.0)  # [T] samples
+
+    frame_db = 10.0 * tf.math.log(tf.reduce_mean(tf.square(frames), axis=1) + 1e-10) / tf.math.log(10.0)
+    loud = (frame_db > tf.reduce_max(frame_db) - SILENCE_DB) & (frame_db > FLOOR_DB)  # [T]
+    return tf.where(voiced & loud, float(sample_rate) / period, 0.0)  # [T] Hz

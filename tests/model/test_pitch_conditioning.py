@@ -1,0 +1,93 @@
+"""model.pitch_conditioning on real clips: the token pitch targets, a model that adds pitch to one without it starts
+as that model, and its predictor and embedding learn."""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from test_parallel_model import parallel_config
+from train_helpers import compiled_train_step
+
+
+def _real_batches(cfg, count: int = 2) -> list[dict]:
+    from myxtts.data.pipeline import InputPipeline
+
+    seen = {}
+    for batch in InputPipeline(cfg, "train").dataset(repeat=False):
+        seen.setdefault(tuple(batch["mel"].shape[:2]), batch)
+        if len(seen) == count:
+            break
+    return list(seen.values())
+
+
+def _expected_token_pitch(f0: np.ndarray, mel_length: int, hard: np.ndarray) -> np.ndarray:
+    """The targets by their definition (model/pitch.py), one utterance in numpy."""
+    voiced = np.zeros(f0.shape, bool)
+    voiced[:mel_length] = f0[:mel_length] > 0
+    log_f0 = np.log(f0[voiced])
+    inliers = log_f0[np.abs(log_f0 - log_f0.mean()) <= 2.5 * max(log_f0.std(), 0.02)]  # octave errors left out
+    standardized = np.zeros(f0.shape)
+    standardized[voiced] = np.clip((log_f0 - inliers.mean()) / max(inliers.std(), 0.02), -4, 4)
+    weight = hard * voiced[:, None]  # [frames, tokens]
+    count = weight.sum(axis=0)
+    return np.where(count > 0, (standardized[:, None] * weight).sum(axis=0) / np.maximum(count, 1), 0.0)
+
+
+def test_token_pitch_is_each_tokens_mean_standardised_log_f0_over_its_voiced_frames(prepared_cache):
+    from myxtts.model import build_model
+    from myxtts.model.pitch import standardized_log_f0, token_pitch_targets
+    from myxtts.text import Vocabulary
+
+    cfg = parallel_config(prepared_cache, model={"pitch_conditioning": True})
+    model = build_model(cfg, len(Vocabulary.load(cfg.cache_dir / "vocab.json")))
+    for batch in _real_batches(cfg):  # two buckets of real clips of unequal lengths
+        outputs = model(batch, training=False)
+        targets = outputs["token_pitch"].numpy()  # [batch, tokens]
+        hard, f0 = outputs["hard_alignment"].numpy(), batch["pitch"].numpy()
+        np.testing.assert_array_equal(targets, token_pitch_targets(batch["pitch"], batch["mel_lengths"],
+                                                                    outputs["hard_alignment"]).numpy())
+        for item, (tokens, frames) in enumerate(zip(batch["token_lengths"].numpy(), batch["mel_lengths"].numpy())):
+            np.testing.assert_allclose(targets[item], _expected_token_pitch(f0[item], frames, hard[item]), atol=1e-4)
+            assert not targets[item, tokens:].any()
+            assert (targets[item, :tokens] != 0).sum() > tokens // 3  # most tokens have a voiced frame
+        values, voiced = standardized_log_f0(batch["pitch"], batch["mel_lengths"])
+        for item in range(values.shape[0]):  # a contour: each utterance's level removed, unit spread
+            contour = values.numpy()[item][voiced.numpy()[item]]
+            inliers = contour[np.abs(contour) <= 2.5]
+            assert abs(inliers.mean()) < 0.1 and 0.85 < inliers.std() < 1.05
+            assert inliers.size > 0.9 * contour.size
+        assert outputs["pitch_predictions"].shape == targets.shape
+
+
+def test_adding_pitch_to_a_model_starts_from_it_and_then_learns(prepared_cache):
+    from myxtts.model import build_model, compute_losses
+    from myxtts.text import Vocabulary
+    from myxtts.training.warm_start import copy_weights
+
+    vocabulary = Vocabulary.load(prepared_cache.cache_dir / "vocab.json")
+    plain_cfg = parallel_config(prepared_cache)
+    cfg = parallel_config(prepared_cache, model={"pitch_conditioning": True})
+    plain, model = build_model(plain_cfg, len(vocabulary)), build_model(cfg, len(vocabulary))
+    copied, fresh = copy_weights(model, plain, vocabulary, vocabulary)
+    assert copied == len(plain.weights) and fresh
+    assert all(path.split("/")[1] in ("pitch_predictor", "pitch_embedding") for path in fresh)
+    batch = _real_batches(cfg, count=1)[0]
+    # the embedding starts at zero: with the recordings' pitch (training) or the predicted one (the batch without it:
+    # synthesis) the model says exactly what the model without pitch says
+    without = {key: value for key, value in batch.items() if key != "pitch"}
+    expected = plain(without)["mel_after"].numpy()
+    for inputs in (batch, without):
+        np.testing.assert_allclose(model(inputs)["mel_after"].numpy(), expected, atol=1e-5)
+
+    # then it learns: the predictor fits the recordings' token pitch and the embedding leaves zero
+    batch = {key: value[:3] for key, value in batch.items()}  # three real clips of unequal lengths
+    signature = {key: tf.TensorSpec(value.shape, value.dtype) for key, value in batch.items()}
+    train_step = compiled_train_step(model, cfg, signature)
+    before = float(compute_losses(batch, model(batch), cfg)["pitch"])
+    for step in range(15):
+        assert np.isfinite(float(train_step(batch, tf.constant([0, step], tf.int64))))
+    after = float(compute_losses(batch, model(batch), cfg)["pitch"])
+    assert after < 0.7 * before
+    assert np.abs(model.pitch_embedding.conv.kernel.numpy()).max() > 0
+    assert train_step.experimental_get_tracing_count() == 1
