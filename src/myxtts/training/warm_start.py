@@ -9,6 +9,10 @@ read. What must agree, each checked with an error naming both sides:
 - the text: the vocabulary's kind (phonemes or characters), its language, and its symbols. Symbols the source
   lacks get fresh embedding rows (logged, and recorded); symbols the source has and this run lacks are an error.
 
+``model.pitch_conditioning`` need not agree: a run that adds the pitch modules starts them fresh (logged, and recorded
+as ``fresh_variables``; the embedding starts at zero, so the run begins as its source), one without them leaves the
+source's out.
+
 Mel normalisation (``training.init_mel_stats``): by default the run keeps the source's statistics
 (``mel_stats.json``), the scale its model learned to read and write, so the first step starts where the source
 left off (a new voice is then an offset the model can learn, as the base's voices were); ``corpus`` uses this
