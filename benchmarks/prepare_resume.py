@@ -76,7 +76,7 @@ def killed_then_rerun(work: Path, list_file: Path, name: str, clips: int, kill_a
 
 
 def same_features(clean_dir: Path, resumed_dir: Path) -> dict:
-    """Every utterance equal (tokens and mel bytes), and the splits and mel statistics."""
+    """Every utterance equal (tokens, mel and F0 bytes), and the splits and mel statistics."""
     from myxtts.data.cache import read_utterance
 
     clean = json.loads((clean_dir / "manifest.json").read_text())
@@ -87,9 +87,8 @@ def same_features(clean_dir: Path, resumed_dir: Path) -> dict:
         if "file" not in entry or "file" not in other:
             differing += int(("file" in entry) != ("file" in other))
             continue
-        tokens, mel = read_utterance(clean_dir / entry["file"])
-        tokens_2, mel_2 = read_utterance(resumed_dir / other["file"])
-        differing += int(not (np.array_equal(tokens, tokens_2) and np.array_equal(mel, mel_2)))
+        parts, parts_2 = read_utterance(clean_dir / entry["file"]), read_utterance(resumed_dir / other["file"])
+        differing += int(not all(np.array_equal(part, part_2) for part, part_2 in zip(parts, parts_2)))
     return {"utterances_compared": len(clean["clips"]), "utterances_differing": differing,
             "splits_equal": clean["splits"] == resumed["splits"],
             "mel_stats_equal": clean["mel_stats"]["mean"] == resumed["mel_stats"]["mean"]

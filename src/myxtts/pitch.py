@@ -13,12 +13,17 @@ The YIN estimator (de Cheveigné & Kawahara 2002) on the mel front-end's frames:
   clip's loudest or below ``FLOOR_DB``: unvoiced (0 Hz).
 
 Plain ops with no Python control flow on tensors: they run eagerly, in a tf.function and inside a ``Dataset.map``.
+``myxtts prepare`` stores every clip's track in its utterance file (``clip_f0``), so training reads it rather than
+running the tracker on every epoch; the cache records ``TRACKER``, and a change of it rebuilds the cache.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 FMIN_HZ = 60.0  # below a low male voice
@@ -27,6 +32,11 @@ THRESHOLD = 0.3  # d' below this at a dip: the frame is periodic (YIN's paper us
 MARGIN = 0.1  # the first dip within this of the deepest: the period, not a multiple of it
 SILENCE_DB = 45.0  # frames this far under the clip's loudest frame are unvoiced, whatever d' says
 FLOOR_DB = -80.0  # and frames below this mean power (full scale 0 dB): digital silence repeats itself trivially
+VERSION = 1  # raised when the estimator changes in a way its settings below do not show
+
+# what a cached F0 track was computed with (the manifest's ``pitch_tracker``): another value rebuilds the cache
+TRACKER: dict[str, Any] = {"method": "yin", "version": VERSION, "fmin_hz": FMIN_HZ, "fmax_hz": FMAX_HZ,
+                           "threshold": THRESHOLD, "margin": MARGIN, "silence_db": SILENCE_DB, "floor_db": FLOOR_DB}
 
 
 def frame_f0(waveform: tf.Tensor, sample_rate: int, hop_length: int, frame_length: int | None = None,
@@ -80,3 +90,24 @@ def frame_f0(waveform: tf.Tensor, sample_rate: int, hop_length: int, frame_lengt
     frame_db = 10.0 * tf.math.log(tf.reduce_mean(tf.square(frames), axis=1) + 1e-10) / tf.math.log(10.0)
     loud = (frame_db > tf.reduce_max(frame_db) - SILENCE_DB) & (frame_db > FLOOR_DB)  # [T]
     return tf.where(voiced & loud, float(sample_rate) / period, 0.0)  # [T] Hz
+
+
+def frames_f0(waveform: tf.Tensor, frames: tf.Tensor, sample_rate: int, hop_length: int) -> tf.Tensor:
+    """Frame F0 ``[frames]`` Hz (0 unvoiced) of ``waveform`` ``[samples]``: exactly as many values as its mel has
+    frames (cut, or padded with unvoiced frames)."""
+    f0 = frame_f0(waveform, sample_rate, hop_length)[:frames]  # [<= frames]
+    return tf.pad(f0, [[0, frames - tf.shape(f0)[0]]])
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled_frames_f0(sample_rate: int, hop_length: int) -> Any:
+    """``frames_f0`` as one graph for any clip length (traced once per audio setting, shared by threads)."""
+    signature = [tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.int32)]
+    return tf.function(lambda waveform, frames: frames_f0(waveform, frames, sample_rate, hop_length),
+                       input_signature=signature)
+
+
+def clip_f0(waveform: np.ndarray, frames: int, sample_rate: int, hop_length: int) -> np.ndarray:
+    """The F0 track ``prepare`` stores: ``[samples]`` float32 -> ``[frames]`` float32 Hz, 0 unvoiced."""
+    compiled = _compiled_frames_f0(int(sample_rate), int(hop_length))
+    return compiled(tf.constant(np.asarray(waveform, np.float32)), tf.constant(int(frames), tf.int32)).numpy()

@@ -136,7 +136,8 @@ def test_cache_layout_manifest_and_utterance_files(bad_result) -> None:
     cfg, result = bad_result
     manifest = json.loads((cfg.cache_dir / "manifest.json").read_text())
     assert manifest["feature_hash"] == cfg.feature_hash() and manifest["mel_dtype"] == "float16"
-    assert manifest["format_version"] == 4 and manifest["languages"] == ["en"]
+    assert manifest["format_version"] == 5 and manifest["languages"] == ["en"]
+    assert manifest["pitch_tracker"]["method"] == "yin"  # the F0 tracker's settings: other ones rebuild the cache
     files = sorted(p.relative_to(cfg.cache_dir).as_posix() for p in (cfg.cache_dir / "utterances").glob("*/*.utt"))
     accepted = [c["file"] for c in manifest["clips"].values() if "file" in c]
     assert len(files) == 6 and sorted(accepted) == files  # one file per accepted utterance, nothing else
@@ -155,9 +156,10 @@ def test_cache_layout_manifest_and_utterance_files(bad_result) -> None:
     tokens = cache.utterance_tokens(0)
     assert tokens[0] == 1 and tokens[-1] == 2  # bos ... eos
     from myxtts.data.cache import read_utterance
-    file_tokens, file_mel = read_utterance(cfg.cache_dir / cache.files[0])
+    file_tokens, file_mel, file_pitch = read_utterance(cfg.cache_dir / cache.files[0])
     np.testing.assert_array_equal(file_tokens, tokens)
     assert file_mel.shape == (cache.mel_lengths[0], cfg.audio.n_mels)
+    assert file_pitch.shape == (cache.mel_lengths[0],) and np.all(file_pitch >= 0)  # F0 per frame, 0 unvoiced
 
 
 def test_rerun_reuses_and_a_changed_parameter_rebuilds(tmp_path: Path, corpus_copy: Path) -> None:

@@ -1,12 +1,14 @@
 """FeatureCache: the prepared features of a corpus, streamed from disk one utterance at a time.
 
-Layout of ``cfg.cache_dir`` (written by ``myxtts prepare``, format 4):
+Layout of ``cfg.cache_dir`` (written by ``myxtts prepare``, format 5):
 
 - ``utterances/XX/KEY.utt``: one file per accepted utterance, random access by path (so the pipeline
   shuffles row indices, not features, and reads any other utterance of the speaker as a reference).
   Fixed layout, little-endian: a 16-byte header of 4 int32 ``[UTTERANCE_MAGIC, tokens, frames,
   n_mels]``, then ``tokens`` int32 (bos + ids + eos), then ``frames x n_mels`` **float16** log mel
-  (float16 halves memory and disk; its ~1e-3 relative precision is far below the model's error).
+  (float16 halves memory and disk; its ~1e-3 relative precision is far below the model's error), then
+  ``frames`` float16 F0 in Hz, 0 where unvoiced (``myxtts.pitch``; float16 is within a cent): what
+  ``model.pitch_conditioning`` trains on, read with the mel rather than tracked on every epoch.
   KEY hashes the id, the clip's fingerprint and the feature hash, so a changed clip gets a new file
   and the previous manifest stays valid until the new one replaces it;
 - ``utterances/XX/KEY.wav``: the clip's audio as the mel was computed from it (mono, ``audio.sample_rate``,
@@ -22,7 +24,8 @@ Layout of ``cfg.cache_dir`` (written by ``myxtts prepare``, format 4):
   the per-bin mean / std of the train split's log mels (``myxtts.data.mel_stats``; the pipeline normalises
   with them). Written last and durably (``myxtts.data.durable``): it makes the cache valid, and until it
   lands the previous manifest and every file it names stay as they were. A cache without a manifest (a
-  crash mid-build) is never used, nor one without ``mel_stats`` (format 2: rebuilt by prepare);
+  crash mid-build) is never used, nor one without ``mel_stats`` (format 2: rebuilt by prepare); ``pitch_tracker``
+  records the settings of the F0 tracker (``myxtts.pitch.TRACKER``): a cache of other settings is rebuilt;
 - ``vocab.json`` (the Vocabulary), ``rejected.csv``, ``bucket_plan.json`` (written after the manifest,
   from the plan it records).
 """
@@ -35,7 +38,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -49,8 +52,8 @@ INDEX_FILE = "index.npz"  # the name of a manifest's index when the manifest rec
 INDEX_PREFIX = "index-"  # index-HASH.npz: an index named by its content
 UTTERANCE_DIR = "utterances"
 SPLITS = ("train", "validation")
-FORMAT_VERSION = 4  # 4: the audio beside each utterance; 3: manifest["mel_stats"]; 2: one file per utterance
-UTTERANCE_MAGIC = 0x31545558  # b"XUT1" little-endian
+FORMAT_VERSION = 5  # 5: the F0 track; 4: the audio beside each utterance; 3: mel_stats; 2: one file per utterance
+UTTERANCE_MAGIC = 0x32545558  # b"XUT2" little-endian (b"XUT1": format 2-4, no F0 track)
 HEADER_BYTES = 16
 
 
@@ -91,7 +94,13 @@ def check_manifest(cache_dir: Path, expected_hash: str,
         return None, f"no complete cache in {cache_dir} (manifest.json missing)"
     if manifest.get("format_version") != FORMAT_VERSION:
         return None, (f"cache format {manifest.get('format_version')} is not the current format {FORMAT_VERSION} "
-                      "(one file per utterance with its audio beside it, the train split's mel statistics)")
+                      "(one file per utterance with its F0 track and its audio beside it, the train split's mel "
+                      "statistics)")
+    from myxtts.pitch import TRACKER
+
+    if manifest.get("pitch_tracker") != TRACKER:
+        return None, (f"the F0 tracker's settings changed ({manifest.get('pitch_tracker')} -> {TRACKER}): "
+                      "every clip's pitch track is computed again")
     if manifest.get("feature_hash") != expected_hash:
         changed = "".join(_changed_keys(manifest.get("feature_params", {}), current_params or {}))
         return None, (f"feature hash changed ({manifest.get('feature_hash')} -> {expected_hash}): audio, text, "
@@ -167,15 +176,31 @@ def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 # one utterance file
 # ---------------------------------------------------------------------------------------------
 
-def write_utterance(path: Path, tokens: np.ndarray, mel: np.ndarray) -> int:
-    """Write one utterance file atomically (tmp + rename); returns its size in bytes."""
+class Utterance(NamedTuple):
+    """One utterance file's content."""
+
+    tokens: np.ndarray  # [tokens] int32
+    mel: np.ndarray  # [frames, n_mels] float16 log mel
+    pitch: np.ndarray  # [frames] float16 F0 in Hz, 0 unvoiced
+
+
+def utterance_bytes(tokens: int, frames: int, n_mels: int) -> int:
+    """The size of a whole utterance file with that many tokens, frames and mel bins."""
+    return HEADER_BYTES + 4 * tokens + 2 * frames * n_mels + 2 * frames
+
+
+def write_utterance(path: Path, tokens: np.ndarray, mel: np.ndarray, pitch: np.ndarray) -> int:
+    """Write one utterance file atomically (tmp + rename); returns its size in bytes. ``pitch``: [frames] Hz."""
     tokens = np.asarray(tokens, dtype="<i4")  # [tokens]
     mel = np.asarray(mel, dtype="<f2")  # [frames, n_mels]
+    pitch = np.asarray(pitch, dtype="<f2")  # [frames]
+    if pitch.shape != mel.shape[:1]:
+        raise ValueError(f"{path}: a pitch track of {pitch.shape} values for a mel of {mel.shape[0]} frames")
     header = np.array([UTTERANCE_MAGIC, tokens.size, mel.shape[0], mel.shape[1]], dtype="<i4")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as handle:
-        handle.write(header.tobytes() + tokens.tobytes() + mel.tobytes())
+        handle.write(header.tobytes() + tokens.tobytes() + mel.tobytes() + pitch.tobytes())
     os.replace(tmp, path)  # flushed to disk with the others before the manifest names it (write_manifest)
     return path.stat().st_size
 
@@ -197,20 +222,29 @@ def write_audio(path: Path, waveform: np.ndarray, sample_rate: int) -> int:
     return path.stat().st_size
 
 
-def read_utterance(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens [tokens] int32, mel [frames, n_mels] float16) of one utterance file."""
+def read_utterance(path: Path) -> Utterance:
+    """The tokens, mel and F0 track of one utterance file; CacheError when it is not a whole one of this format."""
     raw = Path(path).read_bytes()
-    magic, token_count, frames, n_mels = np.frombuffer(raw[:HEADER_BYTES], dtype="<i4")
+    if len(raw) < HEADER_BYTES:
+        raise CacheError(f"{path} is truncated ({len(raw)} bytes); run `myxtts prepare`.")
+    magic, token_count, frames, n_mels = (int(value) for value in np.frombuffer(raw[:HEADER_BYTES], dtype="<i4"))
     if magic != UTTERANCE_MAGIC:
-        raise CacheError(f"{path} is not a myxtts utterance file; run `myxtts prepare --force`.")
-    end = HEADER_BYTES + 4 * int(token_count)
-    tokens = np.frombuffer(raw[HEADER_BYTES:end], dtype="<i4").astype(np.int32)
-    mel = np.frombuffer(raw[end:end + 2 * int(frames) * int(n_mels)], dtype="<f2").reshape(int(frames), int(n_mels))
-    return tokens, mel.astype(np.float16)
+        raise CacheError(f"{path} is not a myxtts utterance file of cache format {FORMAT_VERSION}; run "
+                         "`myxtts prepare --force`.")
+    if len(raw) != utterance_bytes(token_count, frames, n_mels):
+        raise CacheError(f"{path} holds {len(raw)} bytes, its header announces "
+                         f"{utterance_bytes(token_count, frames, n_mels)}; run `myxtts prepare`.")
+    mel_start = HEADER_BYTES + 4 * token_count
+    pitch_start = mel_start + 2 * frames * n_mels
+    tokens = np.frombuffer(raw[HEADER_BYTES:mel_start], dtype="<i4").astype(np.int32)
+    mel = np.frombuffer(raw[mel_start:pitch_start], dtype="<f2").reshape(frames, n_mels).astype(np.float16)
+    pitch = np.frombuffer(raw[pitch_start:], dtype="<f2").astype(np.float16)
+    return Utterance(tokens, mel, pitch)
 
 
-def tf_read_utterance(path: Any, n_mels: int) -> tuple[Any, Any]:
-    """TF ops (usable in Dataset.map): (tokens [tokens] int32, mel [frames, n_mels] float16) of one file."""
+def tf_read_utterance(path: Any, n_mels: int) -> tuple[Any, Any, Any]:
+    """TF ops (usable in Dataset.map): (tokens [tokens] int32, mel [frames, n_mels] float16, F0 [frames] float16 Hz)
+    of one file."""
     import tensorflow as tf
 
     raw = tf.io.read_file(path)
@@ -219,7 +253,9 @@ def tf_read_utterance(path: Any, n_mels: int) -> tuple[Any, Any]:
     tokens = tf.io.decode_raw(tf.strings.substr(raw, HEADER_BYTES, token_bytes), tf.int32)  # [tokens]
     mel_bytes = 2 * header[2] * header[3]
     mel = tf.io.decode_raw(tf.strings.substr(raw, HEADER_BYTES + token_bytes, mel_bytes), tf.float16)
-    return tokens, tf.reshape(mel, [-1, n_mels])  # [frames, n_mels]
+    pitch = tf.io.decode_raw(tf.strings.substr(raw, HEADER_BYTES + token_bytes + mel_bytes, 2 * header[2]),
+                             tf.float16)  # [frames]
+    return tokens, tf.reshape(mel, [-1, n_mels]), pitch  # [frames, n_mels], [frames]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,7 +341,10 @@ class FeatureCache:
         return np.concatenate([[0], np.cumsum(self.token_lengths, dtype=np.int64)])  # [utterances + 1]
 
     def utterance_mel(self, index: int) -> np.ndarray:
-        return read_utterance(self.cache_dir / self.files[index])[1]  # [frames, n_mels] float16
+        return read_utterance(self.cache_dir / self.files[index]).mel  # [frames, n_mels] float16
+
+    def utterance_pitch(self, index: int) -> np.ndarray:
+        return read_utterance(self.cache_dir / self.files[index]).pitch  # [frames] float16 Hz, 0 unvoiced
 
     def utterance_tokens(self, index: int) -> np.ndarray:
         offsets = self.token_offsets()

@@ -1,6 +1,6 @@
 """One clip of ``myxtts prepare``: validated (audio decodes, finite, duration within limits, not silent, text
-encodes), its log mel computed and written to its utterance file, or a ``Rejection`` naming why not; and the
-verdicts of a whole corpus: known from the previous cache or the journal, or processed on threads."""
+encodes), its log mel and F0 track computed and written to its utterance file, or a ``Rejection`` naming why not;
+and the verdicts of a whole corpus: known from the previous cache or the journal, or processed on threads."""
 
 from __future__ import annotations
 
@@ -80,15 +80,22 @@ def _utterance_file(utterance_id: str, fingerprint: str, feature_hash: str) -> s
 
 def process_clip(entry: CorpusEntry, fingerprint: str, cfg: Any, processors: TextProcessors, frontend: Any,
                   cache_dir: Path, feature_hash: str) -> Clip | Rejection:
-    """Validate, compute the mel, write the clip's audio and utterance files (runs in a worker thread)."""
+    """Validate, compute the mel and F0, write the clip's audio and utterance files (runs in a worker thread)."""
+    from myxtts.pitch import clip_f0
+
     checked = validate_clip(entry, cfg, processors.for_language(entry.language))
     if isinstance(checked, Rejection):
         return checked
     waveform, tokens = checked
+    import soundfile
+
     mel = frontend.batch([waveform])[0]  # [frames, n_mels] float32 (TF releases the GIL: threads overlap)
     file = _utterance_file(entry.id, fingerprint, feature_hash)
     write_audio(cache_dir / audio_file(file), waveform, cfg.audio.sample_rate)  # first: a whole .utt implies its audio
-    write_utterance(cache_dir / file, np.asarray(tokens, np.int32), mel)
+    # F0 of the audio as stored (16-bit), so the track is the one teacher forcing computes from the .wav later
+    stored, _ = soundfile.read(str(cache_dir / audio_file(file)), dtype="float32")  # [samples]
+    pitch = clip_f0(stored, mel.shape[0], cfg.audio.sample_rate, cfg.audio.hop_length)  # [frames] Hz, 0 unvoiced
+    write_utterance(cache_dir / file, np.asarray(tokens, np.int32), mel, pitch)
     return Clip(list(tokens), int(mel.shape[0]), int(waveform.shape[0]), file)
 
 

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from myxtts.data.cache import HEADER_BYTES, CacheError, audio_file, read_utterance
+from myxtts.data.cache import CacheError, audio_file, read_utterance
 
 JOURNAL_FILE = "prepare-journal.jsonl"
 
@@ -28,10 +28,9 @@ def utterance_file_complete(path: Path) -> bool:
     """True when the utterance file exists, reads, holds exactly the bytes its header announces, and its audio file
     is beside it (written before it, renamed into place whole)."""
     try:
-        tokens, mel = read_utterance(path)
-        expected = HEADER_BYTES + 4 * tokens.size + 2 * mel.size
+        utterance = read_utterance(path)  # CacheError unless it holds exactly the bytes its header announces
         audio = path.with_name(Path(audio_file(path.name)).name)
-        return path.stat().st_size == expected and mel.shape[0] > 0 and audio.is_file()
+        return utterance.mel.shape[0] > 0 and audio.is_file()
     except (OSError, ValueError, CacheError):
         return False
 
@@ -124,5 +123,5 @@ class PrepareJournal:
 
 def clip_from_file(cache_dir: Path, file: str) -> tuple[list[int], int]:
     """(tokens, frames) of a complete utterance file."""
-    tokens, mel = read_utterance(cache_dir / file)
-    return np.asarray(tokens).tolist(), int(mel.shape[0])
+    utterance = read_utterance(cache_dir / file)
+    return np.asarray(utterance.tokens).tolist(), int(utterance.mel.shape[0])

@@ -2,9 +2,10 @@
 
 Each clip is checked (audio decodes, finite, duration within data.min/max_duration, not silent, text
 encodes in the clip's language) and either accepted or written to ``rejected.csv`` with a named
-reason. Accepted clips get their log mel computed with ``MelFrontend`` and written to one file per
-utterance (see ``myxtts.data.cache`` for the layout). Clips are processed by ``workers`` threads
-(decode, resampling and the mel's TF ops all release the GIL, so the cores are busy in parallel).
+reason. Accepted clips get their log mel computed with ``MelFrontend`` and their F0 track with
+``myxtts.pitch``, written to one file per utterance (see ``myxtts.data.cache`` for the layout). Clips are
+processed by ``workers`` threads (decode, resampling and the TF ops all release the GIL, so the cores are busy in
+parallel).
 Then the per-bin mean / std of the train split's log mels (``myxtts.data.mel_stats``) are computed
 from the cached utterance files (float64, one file at a time) and stored in the manifest; an update
 recomputes them unless the train split's files are exactly the previous ones.
@@ -287,9 +288,12 @@ def _manifest(cfg: Any, corpus: Any, fingerprints: dict[str, str], diff: CorpusD
         table[utterance_id] = {"fingerprint": fingerprints[utterance_id],
                                "rejected": [rejection.reason, rejection.file,
                                             rejection_detail(utterance_id, rejection)]}
+    from myxtts.pitch import TRACKER
+
     single_ids = accepted.single_ids
     return {
         "format_version": FORMAT_VERSION,
+        "pitch_tracker": TRACKER,
         "feature_hash": cfg.feature_hash(),
         "feature_params": feature_params(cfg),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

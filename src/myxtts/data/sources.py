@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.data.cache import CacheError, FeatureCache, tf_read_utterance
-from myxtts.pitch import frame_f0
+from myxtts.pitch import frames_f0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -63,12 +63,6 @@ def crop_and_pad(mel: tf.Tensor, start: tf.Tensor, frames: int) -> tuple[tf.Tens
     return padded, length
 
 
-def frames_pitch(waveform: tf.Tensor, frames: tf.Tensor, sample_rate: int, hop_length: int) -> tf.Tensor:
-    """Frame F0 ``[frames]`` Hz (0 unvoiced) of ``waveform`` ``[samples]``, exactly as many values as its mel."""
-    f0 = frame_f0(waveform, sample_rate, hop_length)[:frames]  # [<= frames]
-    return tf.pad(f0, [[0, frames - tf.shape(f0)[0]]])
-
-
 def single_clip_rows(speaker_ids: np.ndarray) -> np.ndarray:
     """[utterances] bool: True where the utterance's speaker has no other utterance in the cache."""
     counts = np.bincount(speaker_ids) if speaker_ids.size else np.zeros(0, np.int64)
@@ -107,23 +101,21 @@ class CacheSource:
         self.mel_stats = c.mel_stats  # CacheError naming the cache when the manifest has none
         self.paths = tf.constant(c.paths())  # [utterances] string
         self.pitch = cfg.model.pitch_conditioning  # parse adds "pitch": frame F0 [frames] Hz (myxtts.pitch)
-        self.sample_rate, self.hop = cfg.audio.sample_rate, cfg.audio.hop_length
 
-    def _read(self, row: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        return tf_read_utterance(tf.gather(self.paths, row), self.n_mels)  # tokens [t] int32, mel [f, n_mels] f16
+    def _read(self, row: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        # tokens [t] int32, mel [f, n_mels] float16, F0 [f] float16 Hz
+        return tf_read_utterance(tf.gather(self.paths, row), self.n_mels)
 
     def parse(self, row: tf.Tensor) -> dict[str, tf.Tensor]:
-        tokens, mel = self._read(row)
+        tokens, mel, pitch = self._read(row)
         mel = self.mel_stats.normalize(tf.cast(mel, tf.float32))  # [frames, n_mels]
         element = {"tokens": tokens, "mel": tf.ensure_shape(mel, [None, self.n_mels])}
-        if self.pitch:  # the F0 of the audio the mel was computed from, stored beside it
-            wav_path = tf.strings.regex_replace(tf.gather(self.paths, row), r"\.utt$", ".wav")
-            waveform, _ = tf.audio.decode_wav(tf.io.read_file(wav_path), desired_channels=1)  # [samples, 1]
-            element["pitch"] = frames_pitch(waveform[:, 0], tf.shape(mel)[0], self.sample_rate, self.hop)
+        if self.pitch:  # the F0 track prepare stored with the mel, of the same audio
+            element["pitch"] = tf.ensure_shape(tf.cast(pitch, tf.float32), [None])  # [frames]
         return element
 
     def reference_mel(self, row: tf.Tensor, frames: int, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        _, mel = self._read(row)  # [frames_row, n_mels] float16
+        _, mel, _ = self._read(row)  # [frames_row, n_mels] float16
         mel = tf.ensure_shape(mel, [None, self.n_mels])
         start = crop_start(tf.shape(mel)[0], frames, seed)
         piece = self.mel_stats.normalize(tf.cast(mel[start:start + frames], tf.float32))  # crop, then cast the crop
@@ -180,7 +172,7 @@ class WavSource:
         mel = self.mel_stats.normalize(self._mel(waveform))  # [frames, n_mels]
         element = {"tokens": self.tokens[row], "mel": mel}
         if self.pitch:
-            element["pitch"] = frames_pitch(waveform, tf.shape(mel)[0], self.sample_rate, self.hop)
+            element["pitch"] = frames_f0(waveform, tf.shape(mel)[0], self.sample_rate, self.hop)  # [frames]
         return element
 
     def reference_mel(self, row: tf.Tensor, frames: int, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

@@ -72,7 +72,7 @@ class VocoderSegments:
                 "audio": tf.TensorSpec([self.batch_size, self.segment_samples], tf.float32)}
 
     def _parse(self, utterance_path: tf.Tensor, audio_path: tf.Tensor, seed: tf.Tensor) -> dict[str, tf.Tensor]:
-        _, mel = tf_read_utterance(utterance_path, self.n_mels)  # [frames, n_mels] float16
+        _, mel, _ = tf_read_utterance(utterance_path, self.n_mels)  # [frames, n_mels] float16
         audio, _ = tf.audio.decode_wav(tf.io.read_file(audio_path), desired_channels=1)  # [samples, 1]
         frames = tf.shape(mel)[0]
         start = tf.random.stateless_uniform([], seed=tf.stack([seed, tf.constant(0, tf.int64)]), minval=0,
@@ -106,7 +106,7 @@ def validation_clips(cfg: Any, count: int = 4, mel_dir: Path | None = None) -> l
     clips = []
     mel_root = Path(mel_dir) if mel_dir is not None else cache.cache_dir
     for row in rows[:count]:
-        mel = read_utterance(mel_root / cache.files[row])[1].astype(np.float32)  # [frames, n_mels]
+        mel = read_utterance(mel_root / cache.files[row]).mel.astype(np.float32)  # [frames, n_mels]
         audio, rate = soundfile.read(str(cache.cache_dir / audio_file(cache.files[row])), dtype="float32")
         if rate != cfg.audio.sample_rate:
             raise VocoderDataError(f"{cache.cache_dir / audio_file(cache.files[row])} is at {rate} Hz, the config's "

@@ -11,7 +11,7 @@ read. What must agree, each checked with an error naming both sides:
 
 ``model.pitch_conditioning`` need not agree: a run that adds the pitch modules starts them fresh (logged, and recorded
 as ``fresh_variables``; the embedding starts at zero, so the run begins as its source), one without them leaves the
-source's out.
+source's out (logged, and recorded as ``dropped_variables``).
 
 Mel normalisation (``training.init_mel_stats``): by default the run keeps the source's statistics
 (``mel_stats.json``), the scale its model learned to read and write, so the first step starts where the source
@@ -29,7 +29,7 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -180,11 +180,19 @@ def _in_pitch_modules(variable: Any) -> bool:
     return _plain_path(variable).startswith(PITCH_MODULES)
 
 
-def copy_weights(model: Any, source_model: Any, vocabulary: Any, source_vocabulary: Any) -> tuple[int, list[str]]:
+class WeightCopy(NamedTuple):
+    """What ``copy_weights`` did."""
+
+    copied: int  # variables copied
+    fresh: list[str]  # paths of this model's variables the source has not (kept at their initialisation)
+    dropped: list[str]  # paths of the source's variables this model has not (not copied)
+
+
+def copy_weights(model: Any, source_model: Any, vocabulary: Any, source_vocabulary: Any) -> WeightCopy:
     """Copy every variable of ``source_model`` into ``model`` (same architecture, built in the same order); the text
     embedding row by row by symbol. The pitch modules (``model.pitch_conditioning``, built last) may be on one side
     only: a model that adds them keeps their fresh weights (the embedding starts at zero, so it begins as the
-    source), one that drops them ignores the source's. Returns (variables copied, paths kept fresh)."""
+    source), one that drops them leaves the source's out."""
     embedding = model.text_encoder.embedding.embeddings
     ours = [variable for variable in model.weights if not _in_pitch_modules(variable)]
     theirs = [variable for variable in source_model.weights if not _in_pitch_modules(variable)]
@@ -193,6 +201,7 @@ def copy_weights(model: Any, source_model: Any, vocabulary: Any, source_vocabula
     if pitch_ours and pitch_theirs:  # both have them: copied like the rest
         ours, theirs = ours + pitch_ours, theirs + pitch_theirs
     fresh = [variable.path for variable in pitch_ours] if not pitch_theirs else []
+    dropped = [variable.path for variable in pitch_theirs] if not pitch_ours else []
     if len(ours) != len(theirs):
         raise WarmStartError(f"training.init_from: the source model has {len(theirs)} variables, this one "
                              f"{len(ours)}: not the same architecture.")
@@ -211,7 +220,7 @@ def copy_weights(model: Any, source_model: Any, vocabulary: Any, source_vocabula
             raise WarmStartError(f"training.init_from: variable {target.path} has shape {tuple(target.shape)} "
                                  f"here and {tuple(value.shape)} in the source.")
         target.assign(value)
-    return len(ours), fresh
+    return WeightCopy(len(ours), fresh, dropped)
 
 
 def warm_start(cfg: Config, model: Any, vocabulary: Any, languages: list[str], workdir: Path,
@@ -235,18 +244,21 @@ def warm_start(cfg: Config, model: Any, vocabulary: Any, languages: list[str], w
         source_model = restore_model(source_cfg, source_vocabulary, source.checkpoint)
     except RunError as err:
         raise WarmStartError(f"training.init_from: {err}") from None
-    copied, fresh = copy_weights(model, source_model, vocabulary, source_vocabulary)
+    copied, fresh, dropped = copy_weights(model, source_model, vocabulary, source_vocabulary)
     del source_model
     step = _checkpoint_step(source.checkpoint)
     result = {"source": str(source.given), "checkpoint": source.checkpoint, "source_step": step,
               "source_config": str(source.config_path), "variables": copied, "new_symbols": new_symbols,
-              "fresh_variables": fresh, "frozen": list(cfg.training.freeze), "mel_stats": cfg.training.init_mel_stats}
+              "fresh_variables": fresh, "dropped_variables": dropped, "frozen": list(cfg.training.freeze),
+              "mel_stats": cfg.training.init_mel_stats}
     if not record:
         return result
     RunDir(workdir).write_json(RunDir(workdir).init_from, result)
     echo(f"warm start: {copied} variables from {source.checkpoint}" + (f" (step {step})" if step is not None else "")
          + (f"; fresh embedding rows for {len(new_symbols)} new symbol(s): {' '.join(new_symbols)}"
-            if new_symbols else "") + (f"; {len(fresh)} new variable(s) of the pitch modules start fresh" if fresh else ""))
+            if new_symbols else "") + (f"; {len(fresh)} new variable(s) of the pitch modules start fresh" if fresh else "")
+         + (f"; the source's pitch modules ({len(dropped)} variables) left out: model.pitch_conditioning is off"
+            if dropped else ""))
     if new_symbols:
         logger.info("Warm start: symbols new to the source (fresh rows): %s", new_symbols)
     return result

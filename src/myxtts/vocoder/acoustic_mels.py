@@ -65,6 +65,8 @@ def write_acoustic_mels(cfg: Any, acoustic_run: str | Path, out_dir: Path, progr
         if synthesizer.cfg.model.pitch_conditioning:  # the clip's own pitch, as the model read it in training
             waveform, _ = soundfile.read(str(cache.cache_dir / audio_file(cache.files[row])), dtype="float32")
         forced = teacher(entry.text, mel, str(reference), waveform)  # .mel: [frames', n_mels] real log mel
-        write_utterance(out_dir / cache.files[row], np.asarray(forced.tokens, np.int32), forced.mel)
+        pitch = cache.utterance_pitch(row)[:forced.mel.shape[0]]  # the recording's F0 beside its forced mel
+        pitch = np.pad(pitch, (0, forced.mel.shape[0] - pitch.shape[0]))  # [frames']
+        write_utterance(out_dir / cache.files[row], np.asarray(forced.tokens, np.int32), forced.mel, pitch)
     (out_dir / SOURCE_FILE).write_text(json.dumps(source, indent=1), encoding="utf-8")
     return out_dir
