@@ -81,14 +81,14 @@ def _utterance_file(utterance_id: str, fingerprint: str, feature_hash: str) -> s
 def process_clip(entry: CorpusEntry, fingerprint: str, cfg: Any, processors: TextProcessors, frontend: Any,
                   cache_dir: Path, feature_hash: str) -> Clip | Rejection:
     """Validate, compute the mel and F0, write the clip's audio and utterance files (runs in a worker thread)."""
+    import soundfile
+
     from myxtts.pitch import clip_f0
 
     checked = validate_clip(entry, cfg, processors.for_language(entry.language))
     if isinstance(checked, Rejection):
         return checked
     waveform, tokens = checked
-    import soundfile
-
     mel = frontend.batch([waveform])[0]  # [frames, n_mels] float32 (TF releases the GIL: threads overlap)
     file = _utterance_file(entry.id, fingerprint, feature_hash)
     write_audio(cache_dir / audio_file(file), waveform, cfg.audio.sample_rate)  # first: a whole .utt implies its audio
