@@ -170,7 +170,16 @@ def test_a_torn_journal_tail_is_cut_before_the_next_record(tmp_path):
     journal.path.write_text('{"feature_ha', encoding="utf-8")  # not even the header is whole: a new journal
     journal.open(keep=True)
     journal.close(delete=False)
-    assert json.loads(journal.path.read_text(encoding="utf-8")) == {"feature_hash": "hash"}
+    assert json.loads(journal.path.read_text(encoding="utf-8"))["feature_hash"] == "hash"
+    # the utterance files hold the F0 track: a journal of other tracker settings is not reused
+    journal.open(keep=True)
+    journal.accepted("a", "fa", "utterances/aa/a.utt", 100)
+    journal.close(delete=False)
+    assert set(journal.finished()) == {"a"}
+    header, *records = journal.path.read_text(encoding="utf-8").splitlines()
+    other = {**json.loads(header), "pitch_tracker": {**json.loads(header)["pitch_tracker"], "threshold": 0.2}}
+    journal.path.write_text("\n".join([json.dumps(other), *records]) + "\n", encoding="utf-8")
+    assert journal.finished() == {}
 
 
 # ---- reader records and lock waits --------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 ``prepare`` appends one JSON line per clip once its verdict is final: accepted (after its utterance file
 was written and renamed into place, so a journalled file is always whole) or rejected (the reason).
-The first line records the feature hash the lines belong to. The next ``prepare`` with the same feature
-hash reuses every journalled clip whose fingerprint is unchanged and whose utterance file is complete
+The first line records the feature hash and the F0 tracker's settings (``myxtts.pitch.TRACKER``: the track is in
+each utterance file) the lines belong to. The next ``prepare`` with the same feature hash and tracker reuses every
+journalled clip whose fingerprint is unchanged and whose utterance file is complete
 (its size matches its header); anything else (a clip cut off mid-write, a torn last line, a changed clip)
 is processed again. Clips an update reuses from the previous cache are journalled too, before any new one,
 so the journal alone names every clip a stopped update had settled. A torn last line (a kill mid-write) is
@@ -36,15 +37,17 @@ def utterance_file_complete(path: Path) -> bool:
 
 
 class PrepareJournal:
-    """Append-only record of finished clips for one feature hash (see the module docstring)."""
+    """Append-only record of finished clips for one feature hash and F0 tracker (see the module docstring)."""
 
     def __init__(self, cache_dir: Path, feature_hash: str):
+        from myxtts.pitch import TRACKER
+
         self.path = Path(cache_dir) / JOURNAL_FILE
-        self.feature_hash = feature_hash
+        self.header = {"feature_hash": feature_hash, "pitch_tracker": TRACKER}  # what the lines belong to
         self._handle: TextIO | None = None
 
     def finished(self) -> dict[str, dict[str, Any]]:
-        """utterance id -> its last journal record, when the journal belongs to this feature hash."""
+        """utterance id -> its last journal record, when the journal belongs to this feature hash and tracker."""
         try:
             lines = self.path.read_text(encoding="utf-8").splitlines()
         except OSError:
@@ -56,7 +59,7 @@ class PrepareJournal:
             except ValueError:  # a line torn by the kill
                 continue
             if number == 0:
-                if record.get("feature_hash") != self.feature_hash:
+                if record != self.header:
                     return {}
                 continue
             if isinstance(record, dict) and "id" in record and "fingerprint" in record:
@@ -80,7 +83,7 @@ class PrepareJournal:
         if keep and self.path.is_file() and not self._cut_torn_tail():
             keep = False  # not even the header line is whole
         if not keep or not self.path.is_file():
-            self.path.write_text(json.dumps({"feature_hash": self.feature_hash}) + "\n", encoding="utf-8")
+            self.path.write_text(json.dumps(self.header) + "\n", encoding="utf-8")
         self._handle = open(self.path, "a", encoding="utf-8")
 
     def _cut_torn_tail(self) -> bool:
