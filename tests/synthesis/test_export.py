@@ -41,6 +41,10 @@ print("RESULT " + json.dumps(out))
 """
 
 
+def _snr_db(expected: np.ndarray, waveform: np.ndarray) -> float:
+    return float(10 * np.log10(np.sum(expected ** 2) / np.sum((waveform - expected) ** 2)))
+
+
 def _untrained_run(root: Path, model_keys: dict, data_keys: dict | None = None) -> Path:
     import keras
     import tensorflow as tf
@@ -60,13 +64,20 @@ def _untrained_run(root: Path, model_keys: dict, data_keys: dict | None = None) 
     projection = model.duration_predictor.output_proj  # ~4 frames per token: speech of a plausible length
     projection.bias.assign([np.log(1.0 + 4.0)])
     projection.kernel.assign(0.01 * tf.random.stateless_normal(projection.kernel.shape, seed=[5, 0]))
+    if cfg.model.pitch_conditioning:  # both pitch modules start at zero: made to act, so the export must carry them
+        pitch_output = model.pitch_predictor.output_proj
+        pitch_output.kernel.assign(0.1 * tf.random.stateless_normal(pitch_output.kernel.shape, seed=[5, 1]))
+        pitch_output.bias.assign([0.5])
+        embedding = model.pitch_embedding.conv
+        embedding.kernel.assign(0.1 * tf.random.stateless_normal(embedding.kernel.shape, seed=[5, 2]))
     save_run(root / "run", cfg, model, vocabulary, mel_stats=bundled_mel_stats(cfg))
     return root / "run"
 
 
 @pytest.fixture(scope="module")
 def parallel_run(tmp_path_factory) -> Path:
-    return _untrained_run(tmp_path_factory.mktemp("export"), {"decoder_conv_blocks": 2})
+    # the clone recipe's model: the parallel decoder with pitch conditioning (a predictor says each token's pitch)
+    return _untrained_run(tmp_path_factory.mktemp("export"), {"decoder_conv_blocks": 2, "pitch_conditioning": True})
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +133,14 @@ def test_exported_model_runs_with_tensorflow_alone_and_matches_synthesize(run_fi
     synthesizer.vocoder = load_vocoder(vocoder_path, synthesizer.cfg.audio)
     result, = synthesizer.synthesize(TEXT, reference)
     expected, tokens = result.waveform, result.tokens
+    if synthesizer.cfg.model.pitch_conditioning:  # the predicted pitch shapes the mel the export must reproduce
+        embedding = synthesizer.model.pitch_embedding.conv.kernel
+        trained = embedding.numpy()
+        embedding.assign(np.zeros_like(trained))
+        without_pitch, = synthesizer.synthesize(TEXT, reference)
+        embedding.assign(trained)
+        # an export without the pitch modules would miss the tolerance below by far
+        assert _snr_db(expected, without_pitch.waveform) < MIN_SNR_DB - 10
 
     served = subprocess.run([sys.executable, "-c", SERVE, str(saved), str(reference), json.dumps(tokens.tolist())],
                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -134,7 +153,7 @@ def test_exported_model_runs_with_tensorflow_alone_and_matches_synthesize(run_fi
     assert waveform.shape == expected.shape
     if run_fixture == "autoregressive_run":
         assert (len(expected) // 256 + 1) % 3, "the durations' total should not be a whole number of steps here"
-    snr = 10 * np.log10(np.sum(expected ** 2) / np.sum((waveform - expected) ** 2))
+    snr = _snr_db(expected, waveform)
     assert snr >= MIN_SNR_DB, snr
     faster = np.asarray(answer["2.0"], np.float32)
     assert 0.4 * waveform.size <= faster.size <= 0.6 * waveform.size  # speed divides the durations

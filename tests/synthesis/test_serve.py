@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import BUNDLED_CORPUS, bundled_wavs
-from test_export import parallel_run  # noqa: F401  (the fixture: a parallel run with plausible durations)
+from test_export import parallel_run  # noqa: F401  (the fixture: a pitch-conditioned parallel run, plausible durations)
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")

@@ -22,7 +22,7 @@ from typing import Iterator
 import pytest
 
 from conftest import bundled_wavs
-from test_export import parallel_run  # noqa: F401  (the fixture: a parallel run with plausible durations)
+from test_export import parallel_run  # noqa: F401  (the fixture: a pitch-conditioned parallel run, plausible durations)
 from test_serve import TRANSCRIPTS, TWO_SENTENCES, _free_port, _health, _post, _wait_until, running_server
 
 pytest.importorskip("fastapi")
