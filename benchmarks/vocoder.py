@@ -129,8 +129,8 @@ def fine_structure(model_mels: list[np.ndarray], real_mels: list[np.ndarray]) ->
 
 def end_to_end(args, systems: dict, clips: list[tuple[str, str]], mels: list[np.ndarray],
                recordings: list[np.ndarray], rate: int) -> dict:
-    """The held-out sentences said by ``--acoustic-run`` (reference: the corpus' first clip, a training clip of the
-    same voice), each mel through every system: what a listener of ``synthesize --vocoder`` hears. And the same
+    """The held-out sentences said by ``--acoustic-run`` (the voice: the corpus' first ``--references`` clips,
+    training clips of the same voice, their latents averaged), each mel through every system: what a listener of ``synthesize --vocoder`` hears. And the same
     model teacher-forced on each recording's mel (its aligner's durations, the recording's frames): the model's
     spectrum with the speaker's own timing, so the gap to the recordings splits into the vocoder's part
     (resynthesis), the acoustic model's spectrum (teacher-forced) and its timing and prosody (free-running)."""
@@ -139,16 +139,21 @@ def end_to_end(args, systems: dict, clips: list[tuple[str, str]], mels: list[np.
     from myxtts.vocoder.neural import check_audio_match
 
     synthesizer = Synthesizer.from_run(args.acoustic_run, truncate_long=True)
-    first = (args.corpus / "metadata.csv").read_text(encoding="utf-8").split("|", 1)[0]
-    reference = str(args.corpus / "wavs" / f"{first}.wav")
-    voice = synthesizer.voice(reference)
+    lines = [line for line in (args.corpus / "metadata.csv").read_text(encoding="utf-8").splitlines() if line]
+    if args.references > len(lines) - args.held_out:
+        sys.exit(f"Error: --references {args.references} would take held-out clips: {args.corpus / 'metadata.csv'} "
+                 f"has {len(lines) - args.held_out} clips before its last {args.held_out}.")
+    voice_clips = [str(args.corpus / "wavs" / f"{line.split('|', 1)[0]}.wav") for line in lines[:args.references]]
+    reference = voice_clips[0]  # teacher forcing reads one clip
+    voice = synthesizer.voice(voice_clips)
     texts = [text for _, text in clips]
     free_running = [result.mel for result in synthesizer.synthesize(texts, voices=[voice] * len(texts), vocode=False)]
     teacher = TeacherForcing(synthesizer)
     # a pitch-conditioned model reads each recording's own pitch, as in training
     teacher_forced = [teacher(text, mel, reference, recording).mel
                       for text, mel, recording in zip(texts, mels, recordings)]
-    report = {"acoustic_run": str(args.acoustic_run), "checkpoint": synthesizer.checkpoint, "systems": {},
+    report = {"acoustic_run": str(args.acoustic_run), "checkpoint": synthesizer.checkpoint,
+              "references": [Path(clip).stem for clip in voice_clips], "systems": {},
               "teacher_forced": {}, "teacher_forced_fine_structure": fine_structure(teacher_forced, mels)}
     print(f"teacher-forced mels against the recordings': {report['teacher_forced_fine_structure']}", flush=True)
     light = argparse.Namespace(**{**vars(args), "no_pitch": True})
@@ -219,6 +224,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="Alternated rounds of the real-time factor.")
     parser.add_argument("--acoustic-run", type=Path,
                         help="Also say the held-out sentences with this acoustic model through every system.")
+    parser.add_argument("--references", type=int, default=1,
+                        help="End to end, the voice: the corpus' first N clips (training clips; latents averaged).")
     parser.add_argument("--no-pitch", action="store_true", help="Skip pYIN (F0, V/UV, periodicity): faster.")
     parser.add_argument("--no-similarity", action="store_true", help="Skip Resemblyzer.")
     parser.add_argument("--json", type=Path, help="Write the report here (and the plot beside it).")
@@ -230,6 +237,8 @@ def main() -> None:
         return
     if args.json is None:
         parser.error("--json is required (or --make-train-corpus)")
+    if args.references < 1:
+        parser.error("--references must be at least 1")
 
     from myxtts.audio import MelFrontend, load_audio
     from myxtts.config import AudioConfig
