@@ -128,12 +128,13 @@ def fine_structure(model_mels: list[np.ndarray], real_mels: list[np.ndarray]) ->
 
 
 def end_to_end(args, systems: dict, clips: list[tuple[str, str]], mels: list[np.ndarray],
-               recordings: list[np.ndarray], rate: int) -> dict:
+               recordings: list[np.ndarray], rate: int, report: dict, save) -> None:
     """The held-out sentences said by ``--acoustic-run`` (the voice: the corpus' first ``--references`` clips,
-    training clips of the same voice, their latents averaged), each mel through every system: what a listener of ``synthesize --vocoder`` hears. And the same
-    model teacher-forced on each recording's mel (its aligner's durations, the recording's frames): the model's
-    spectrum with the speaker's own timing, so the gap to the recordings splits into the vocoder's part
-    (resynthesis), the acoustic model's spectrum (teacher-forced) and its timing and prosody (free-running)."""
+    training clips of the same voice, their latents averaged), each mel through every system: what a listener of
+    ``synthesize --vocoder`` hears. And the same model teacher-forced on each recording's mel (its aligner's
+    durations, the recording's frames): the model's spectrum with the speaker's own timing, so the gap to the
+    recordings splits into the vocoder's part (resynthesis), the acoustic model's spectrum (teacher-forced) and its
+    timing and prosody (free-running). Fills ``report``, calling ``save`` after each system."""
     from myxtts.synthesis import Synthesizer
     from myxtts.synthesis.teacher_forcing import TeacherForcing
     from myxtts.vocoder.neural import check_audio_match
@@ -152,9 +153,9 @@ def end_to_end(args, systems: dict, clips: list[tuple[str, str]], mels: list[np.
     # a pitch-conditioned model reads each recording's own pitch, as in training
     teacher_forced = [teacher(text, mel, reference, recording).mel
                       for text, mel, recording in zip(texts, mels, recordings)]
-    report = {"acoustic_run": str(args.acoustic_run), "checkpoint": synthesizer.checkpoint,
-              "references": [Path(clip).stem for clip in voice_clips], "systems": {},
-              "teacher_forced": {}, "teacher_forced_fine_structure": fine_structure(teacher_forced, mels)}
+    report.update({"acoustic_run": str(args.acoustic_run), "checkpoint": synthesizer.checkpoint,
+                   "references": [Path(clip).stem for clip in voice_clips], "systems": {},
+                   "teacher_forced": {}, "teacher_forced_fine_structure": fine_structure(teacher_forced, mels)})
     print(f"teacher-forced mels against the recordings': {report['teacher_forced_fine_structure']}", flush=True)
     light = argparse.Namespace(**{**vars(args), "no_pitch": True})
     for name, system in systems.items():
@@ -164,9 +165,9 @@ def end_to_end(args, systems: dict, clips: list[tuple[str, str]], mels: list[np.
             waves = [np.asarray(system(mel), np.float32) for mel in outputs]
             judged = judge(waves, recordings, texts, rate, light, reference_free=True)
             report[kind][name] = judged
+            save()
             label = "end to end" if kind == "systems" else "teacher-forced"
             print(f"{label}, {name}: {summary_line(judged)}", flush=True)
-    return report
 
 
 def real_time_factors(systems: dict, mels: list[np.ndarray], seconds: float, rounds: int) -> dict:
@@ -283,8 +284,8 @@ def main() -> None:
     if args.acoustic_run:
         latest = {name: system for name, system in systems.items()
                   if name not in minutes or name == max(minutes, key=minutes.get)}
-        report["end_to_end"] = end_to_end(args, latest, clips, mels, recordings, rate)
-        save()
+        report["end_to_end"] = {}
+        end_to_end(args, latest, clips, mels, recordings, rate, report["end_to_end"], save)
     rtf_systems = {name: system for name, system in systems.items()
                    if name not in minutes or name == max(minutes, key=minutes.get)}
     report["real_time_factor"] = real_time_factors(rtf_systems, mels, seconds, args.rounds)
