@@ -5,7 +5,8 @@ The YIN estimator (de Cheveigné & Kawahara 2002) on the mel front-end's frames:
 ``1 + samples // hop_length`` values, one per mel frame. Per frame:
 
 - the difference function ``d(lag) = sum_j (x_j - x_{j+lag})^2`` over the frame's first ``frame - max_lag`` samples
-  (its cross term by FFT: one ``rfft`` pair per frame);
+  (``difference_function``: its cross term by FFT at the frame's length, the window's energy as a running sum over
+  the lags);
 - its cumulative-mean normalisation ``d'(lag) = d(lag) * lag / sum_{k<=lag} d(k)`` (1 at lag 0): low where the frame
   repeats itself after ``lag`` samples, and no dip at lag 0 to confuse;
 - the period: the first local minimum of ``d'`` below ``THRESHOLD`` in the lag range of ``[fmin, fmax]``, refined by a
@@ -57,14 +58,7 @@ def frame_f0(waveform: tf.Tensor, sample_rate: int, hop_length: int, frame_lengt
     padded = tf.pad(waveform, [[half, half + hop_length]])
     frames = tf.signal.frame(padded, frame_length, hop_length)[:1 + samples // hop_length]  # [T, frame_length]
 
-    # d(lag) = e(0) + e(lag) - 2 r(lag): energies of the two windows and their cross-correlation
-    fft_length = 2 * frame_length
-    spectrum = tf.signal.rfft(frames, [fft_length])  # [T, fft_length // 2 + 1]
-    head = tf.signal.rfft(frames[:, :window], [fft_length])
-    cross = tf.signal.irfft(tf.math.conj(head) * spectrum, [fft_length])[:, :max_lag + 2]  # [T, lags]: r(lag)
-    squares = tf.pad(tf.math.cumsum(tf.square(frames), axis=1), [[0, 0], [1, 0]])  # [T, frame_length + 1]
-    energy = squares[:, window:window + max_lag + 2] - squares[:, :max_lag + 2]  # [T, lags]: e(lag)
-    difference = tf.maximum(energy[:, :1] + energy - 2.0 * cross, 0.0)  # [T, lags]
+    difference = difference_function(frames, window, max_lag + 2)  # [T, lags]
 
     lags = tf.range(max_lag + 2, dtype=tf.float32)[None, :]  # [1, lags]
     running = tf.math.cumsum(difference[:, 1:], axis=1)  # [T, lags - 1]: sum_{1..lag} d
@@ -90,6 +84,27 @@ def frame_f0(waveform: tf.Tensor, sample_rate: int, hop_length: int, frame_lengt
     frame_db = 10.0 * tf.math.log(tf.reduce_mean(tf.square(frames), axis=1) + 1e-10) / tf.math.log(10.0)
     loud = (frame_db > tf.reduce_max(frame_db) - SILENCE_DB) & (frame_db > FLOOR_DB)  # [T]
     return tf.where(voiced & loud, float(sample_rate) / period, 0.0)  # [T] Hz
+
+
+def difference_function(frames: tf.Tensor, window: int, num_lags: int) -> tf.Tensor:
+    """YIN's ``d(lag) = sum_{j < window} (x_j - x_{j + lag})^2`` of every frame ``[T, frame_length]`` for lags
+    ``0 .. num_lags - 1`` -> ``[T, num_lags]``, as ``e(0) + e(lag) - 2 r(lag)``: the energies of the two windows
+    (running sums) and their cross-correlation (by FFT). A circular correlation of ``frame_length`` points is the
+    linear one here as long as ``window + num_lags - 1 <= frame_length``: the window shifted by the largest lag still
+    ends inside the frame, so nothing wraps around and no zero padding is needed."""
+    frame_length = frames.shape[-1]
+    if window + num_lags - 1 > frame_length:
+        raise ValueError(f"difference_function: a window of {window} samples shifted by {num_lags - 1} leaves the "
+                         f"frame of {frame_length} samples.")
+    spectrum = tf.signal.rfft(frames, [frame_length])  # [T, frame_length // 2 + 1]
+    head = tf.signal.rfft(frames[:, :window], [frame_length])  # the window, zero-padded to the frame
+    cross = tf.signal.irfft(tf.math.conj(head) * spectrum, [frame_length])[:, :num_lags]  # [T, lags]: r(lag)
+    # e(lag) = sum_{lag <= j < lag + window} x_j^2: e(0), then each lag adds the sample entering the window and drops
+    # the one leaving it (a running sum over the lags alone, not over the whole frame)
+    leaving, entering = tf.square(frames[:, :num_lags - 1]), tf.square(frames[:, window:window + num_lags - 1])
+    start = tf.reduce_sum(tf.square(frames[:, :window]), axis=1, keepdims=True)  # [T, 1] e(0)
+    energy = start + tf.pad(tf.math.cumsum(entering - leaving, axis=1), [[0, 0], [1, 0]])  # [T, lags]: e(lag)
+    return tf.maximum(energy[:, :1] + energy - 2.0 * cross, 0.0)  # [T, lags]
 
 
 def frames_f0(waveform: tf.Tensor, frames: tf.Tensor, sample_rate: int, hop_length: int) -> tf.Tensor:

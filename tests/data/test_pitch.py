@@ -13,7 +13,7 @@ import tensorflow as tf
 from conftest import bundled_wavs
 from myxtts.audio import MelFrontend
 from myxtts.config import AudioConfig
-from myxtts.pitch import frame_f0
+from myxtts.pitch import difference_function, frame_f0
 
 HOP = AudioConfig().hop_length
 
@@ -37,6 +37,24 @@ def test_one_value_per_mel_frame_in_a_real_voice_range():
         assert voiced.min() >= 60.0 and voiced.max() <= 520.0  # the search range (+ interpolation)
     assert len(lengths) == 3
     assert not np.any(frame_f0(np.zeros(4000, np.float32), rate, HOP).numpy())  # silence: unvoiced
+
+
+def test_the_difference_function_is_yins_sum_on_real_frames():
+    """The FFT form (frame-length transforms, no zero padding) equals the definition sum_j (x_j - x_{j+lag})^2 over
+    the window, for every lag the tracker reads: nothing wraps around."""
+    waveform, _ = _clip(4)
+    frame_length, max_lag = 1024, 368  # the tracker's at 22,050 Hz and 60 Hz
+    window, num_lags = frame_length - max_lag - 1, max_lag + 2
+    frames = np.stack([waveform[start:start + frame_length]
+                       for start in range(0, waveform.size - frame_length, 2003)]).astype(np.float64)  # [T, frame]
+    ours = difference_function(tf.constant(frames, tf.float32), window, num_lags).numpy()  # [T, lags]
+    direct = np.stack([np.sum((frames[:, :window] - frames[:, lag:lag + window]) ** 2, axis=1)
+                       for lag in range(num_lags)], axis=1)  # [T, lags]
+    assert ours.shape == direct.shape and frames.shape[0] >= 10
+    scale = np.sum(frames[:, :window] ** 2, axis=1, keepdims=True)  # [T, 1] e(0)
+    assert np.all(np.abs(ours - direct) <= 1e-4 * scale + 1e-6)  # each frame within float32 of its own energy
+    with pytest.raises(ValueError, match="leaves the frame"):
+        difference_function(tf.constant(frames, tf.float32), window + 1, num_lags)
 
 
 def test_a_voice_played_faster_is_higher_by_the_same_ratio():
