@@ -15,7 +15,8 @@ The YIN estimator (de Cheveigné & Kawahara 2002) on the mel front-end's frames:
 
 Plain ops with no Python control flow on tensors: they run eagerly, in a tf.function and inside a ``Dataset.map``.
 ``myxtts prepare`` stores every clip's track in its utterance file (``clip_f0``), so training reads it rather than
-running the tracker on every epoch; the cache records ``TRACKER``, and a change of it rebuilds the cache.
+running the tracker on every epoch; the cache records ``TRACKER`` (``myxtts.pitch_settings``, the settings without
+TensorFlow), and a change of it rebuilds the cache.
 """
 
 from __future__ import annotations
@@ -27,17 +28,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-FMIN_HZ = 60.0  # below a low male voice
-FMAX_HZ = 500.0  # above a high female voice, below most child speech
-THRESHOLD = 0.3  # d' below this at a dip: the frame is periodic (YIN's paper uses 0.1-0.2)
-MARGIN = 0.1  # the first dip within this of the deepest: the period, not a multiple of it
-SILENCE_DB = 45.0  # frames this far under the clip's loudest frame are unvoiced, whatever d' says
-FLOOR_DB = -80.0  # and frames below this mean power (full scale 0 dB): digital silence repeats itself trivially
-VERSION = 1  # raised when the estimator changes in a way its settings below do not show
-
-# what a cached F0 track was computed with (the manifest's ``pitch_tracker``): another value rebuilds the cache
-TRACKER: dict[str, Any] = {"method": "yin", "version": VERSION, "fmin_hz": FMIN_HZ, "fmax_hz": FMAX_HZ,
-                           "threshold": THRESHOLD, "margin": MARGIN, "silence_db": SILENCE_DB, "floor_db": FLOOR_DB}
+from myxtts.pitch_settings import FLOOR_DB, FMAX_HZ, FMIN_HZ, MARGIN, SILENCE_DB, THRESHOLD
 
 
 def frame_f0(waveform: tf.Tensor, sample_rate: int, hop_length: int, frame_length: int | None = None,

@@ -115,12 +115,13 @@ def test_the_pipeline_adds_each_clips_own_pitch_frame_by_frame(prepared_cache):
 
 def test_a_cache_of_other_tracker_settings_is_not_used(prepared_cache, monkeypatch):
     """The manifest records the tracker's settings; other settings in the code make the cache stale (rebuilt)."""
-    from myxtts import pitch
+    from myxtts import pitch_settings
     from myxtts.data.cache import CacheError, FeatureCache, check_manifest, feature_params
 
     manifest, problem = check_manifest(prepared_cache.cache_dir, prepared_cache.feature_hash())
-    assert problem == "" and manifest["pitch_tracker"] == pitch.TRACKER
-    monkeypatch.setattr(pitch, "TRACKER", {**pitch.TRACKER, "threshold": pitch.THRESHOLD + 0.05})
+    assert problem == "" and manifest["pitch_tracker"] == pitch_settings.TRACKER
+    changed = {**pitch_settings.TRACKER, "threshold": pitch_settings.THRESHOLD + 0.05}
+    monkeypatch.setattr(pitch_settings, "TRACKER", changed)
     manifest, problem = check_manifest(prepared_cache.cache_dir, prepared_cache.feature_hash(),
                                        feature_params(prepared_cache))
     assert manifest is None and "F0 tracker's settings changed" in problem and "'threshold'" in problem

@@ -8,6 +8,8 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -162,6 +164,15 @@ def test_cache_layout_manifest_and_utterance_files(bad_result) -> None:
     assert file_pitch.shape == (cache.mel_lengths[0],) and np.all(file_pitch >= 0)  # F0 per frame, 0 unvoiced
 
 
+RERUN_CHILD = """
+import json, sys
+from myxtts.config import config_from_dict
+from myxtts.data.prepare import prepare
+result = prepare(config_from_dict(json.loads(sys.argv[1]), base_dir=sys.argv[2]), progress=False)
+print(json.dumps({"reused": result.reused, "tensorflow_loaded": "tensorflow" in sys.modules}))
+"""
+
+
 def test_rerun_reuses_and_a_changed_parameter_rebuilds(tmp_path: Path, corpus_copy: Path) -> None:
     from myxtts.config import config_from_dict
 
@@ -175,6 +186,11 @@ def test_rerun_reuses_and_a_changed_parameter_rebuilds(tmp_path: Path, corpus_co
     again = prepare(cfg, progress=False)
     assert again.reused and again.reason == "" and "reused" in again.summary()
     assert again.manifest["created"] == first.manifest["created"]
+    # the check alone, in a fresh process: it never loads TensorFlow (seconds of import on an up-to-date cache)
+    child = subprocess.run([sys.executable, "-c", RERUN_CHILD, json.dumps(raw), str(tmp_path)],
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert json.loads(child.stdout.splitlines()[-1]) == {"reused": True, "tensorflow_loaded": False}
     changed = config_from_dict({**raw, "audio": {"n_mels": 64}}, base_dir=tmp_path)
     assert changed.feature_hash() != cfg.feature_hash()
     with pytest.raises(CacheError, match="feature hash changed"):

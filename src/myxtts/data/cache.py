@@ -25,7 +25,7 @@ Layout of ``cfg.cache_dir`` (written by ``myxtts prepare``, format 5):
   with them). Written last and durably (``myxtts.data.durable``): it makes the cache valid, and until it
   lands the previous manifest and every file it names stay as they were. A cache without a manifest (a
   crash mid-build) is never used, nor one without ``mel_stats`` (format 2: rebuilt by prepare); ``pitch_tracker``
-  records the settings of the F0 tracker (``myxtts.pitch.TRACKER``): a cache of other settings is rebuilt;
+  records the settings of the F0 tracker (``myxtts.pitch_settings.TRACKER``): a cache of other settings is rebuilt;
 - ``vocab.json`` (the Vocabulary), ``rejected.csv``, ``bucket_plan.json`` (written after the manifest,
   from the plan it records).
 """
@@ -96,7 +96,7 @@ def check_manifest(cache_dir: Path, expected_hash: str,
         return None, (f"cache format {manifest.get('format_version')} is not the current format {FORMAT_VERSION} "
                       "(one file per utterance with its F0 track and its audio beside it, the train split's mel "
                       "statistics)")
-    from myxtts.pitch import TRACKER
+    from myxtts.pitch_settings import TRACKER  # no TensorFlow: an up-to-date prepare never loads it
 
     if manifest.get("pitch_tracker") != TRACKER:
         return None, (f"the F0 tracker's settings changed ({manifest.get('pitch_tracker')} -> {TRACKER}): "

@@ -2,7 +2,7 @@
 
 ``prepare`` appends one JSON line per clip once its verdict is final: accepted (after its utterance file
 was written and renamed into place, so a journalled file is always whole) or rejected (the reason).
-The first line records the feature hash and the F0 tracker's settings (``myxtts.pitch.TRACKER``: the track is in
+The first line records the feature hash and the F0 tracker's settings (``myxtts.pitch_settings.TRACKER``: the track is in
 each utterance file) the lines belong to. The next ``prepare`` with the same feature hash and tracker reuses every
 journalled clip whose fingerprint is unchanged and whose utterance file is complete
 (its size matches its header); anything else (a clip cut off mid-write, a torn last line, a changed clip)
@@ -40,7 +40,7 @@ class PrepareJournal:
     """Append-only record of finished clips for one feature hash and F0 tracker (see the module docstring)."""
 
     def __init__(self, cache_dir: Path, feature_hash: str):
-        from myxtts.pitch import TRACKER
+        from myxtts.pitch_settings import TRACKER
 
         self.path = Path(cache_dir) / JOURNAL_FILE
         self.header = {"feature_hash": feature_hash, "pitch_tracker": TRACKER}  # what the lines belong to

@@ -288,7 +288,7 @@ def _manifest(cfg: Any, corpus: Any, fingerprints: dict[str, str], diff: CorpusD
         table[utterance_id] = {"fingerprint": fingerprints[utterance_id],
                                "rejected": [rejection.reason, rejection.file,
                                             rejection_detail(utterance_id, rejection)]}
-    from myxtts.pitch import TRACKER
+    from myxtts.pitch_settings import TRACKER
 
     single_ids = accepted.single_ids
     return {
