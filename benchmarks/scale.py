@@ -26,6 +26,10 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import tensorflow_environment  # noqa: E402
+from myxtts.machine import machine  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 TRANSCRIPTS = REPO.parent / "shared" / "data" / "ljspeech-mini" / "transcripts_all.csv"
 
@@ -156,7 +160,8 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     list_file = render(args.work)
-    results = {"render_seconds": round(time.perf_counter() - started, 1), "cpus": os.cpu_count()}
+    results = {"render_seconds": round(time.perf_counter() - started, 1), "cpus": os.cpu_count(), "machine": machine(),
+               "tensorflow": tensorflow_environment()}
     for size in args.sizes:
         results[f"{size}x"] = measure(args.work, f"{size}x", list_file if size == 1 else doubled(list_file), args.steps)
         print(json.dumps({f"{size}x": results[f"{size}x"]}, indent=1), flush=True)
