@@ -2,8 +2,8 @@
 
 ``prepare`` appends one JSON line per clip once its verdict is final: accepted (after its utterance file
 was written and renamed into place, so a journalled file is always whole) or rejected (the reason).
-The first line records the feature hash and the F0 tracker's settings (``myxtts.pitch_settings.TRACKER``: the track is in
-each utterance file) the lines belong to. The next ``prepare`` with the same feature hash and tracker reuses every
+The first line records the feature hash and the F0 tracker's settings (``myxtts.pitch_settings.TRACKER``: the track
+is in each utterance file) the lines belong to. The next ``prepare`` with the same feature hash and tracker reuses every
 journalled clip whose fingerprint is unchanged and whose utterance file is complete
 (its size matches its header); anything else (a clip cut off mid-write, a torn last line, a changed clip)
 is processed again. Clips an update reuses from the previous cache are journalled too, before any new one,
