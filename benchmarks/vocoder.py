@@ -141,9 +141,6 @@ def end_to_end(args, systems: dict, clips: list[tuple[str, str]], mels: list[np.
 
     synthesizer = Synthesizer.from_run(args.acoustic_run, truncate_long=True)
     lines = [line for line in (args.corpus / "metadata.csv").read_text(encoding="utf-8").splitlines() if line]
-    if args.references > len(lines) - args.held_out:
-        sys.exit(f"Error: --references {args.references} would take held-out clips: {args.corpus / 'metadata.csv'} "
-                 f"has {len(lines) - args.held_out} clips before its last {args.held_out}.")
     voice_clips = [str(args.corpus / "wavs" / f"{line.split('|', 1)[0]}.wav") for line in lines[:args.references]]
     reference = voice_clips[0]  # teacher forcing reads one clip
     voice = synthesizer.voice(voice_clips)
@@ -240,6 +237,14 @@ def main() -> None:
         parser.error("--json is required (or --make-train-corpus)")
     if args.references < 1:
         parser.error("--references must be at least 1")
+    if args.references != 1 and args.acoustic_run is None:
+        parser.error("--references chooses the end-to-end voice: it needs --acoustic-run")
+    if args.acoustic_run is not None:  # before any judging: a refused voice loses no work
+        metadata = (args.corpus / "metadata.csv").read_text(encoding="utf-8").splitlines()
+        trained = sum(1 for line in metadata if line) - args.held_out  # the clips before the held-out ones
+        if args.references > trained:
+            parser.error(f"--references {args.references} would take held-out clips: {args.corpus / 'metadata.csv'} "
+                         f"has {trained} clips before its last {args.held_out}.")
 
     from myxtts.audio import MelFrontend, load_audio
     from myxtts.config import AudioConfig
