@@ -98,3 +98,76 @@ def test_adding_pitch_to_a_model_starts_from_it_and_then_learns(prepared_cache):
     # the other way, the trained pitch modules are left out and named; the rest is the trained model's
     back = copy_weights(build_model(plain_cfg, len(vocabulary)), model, vocabulary, vocabulary)
     assert back.copied == len(plain.weights) and not back.fresh and sorted(back.dropped) == sorted(fresh)
+
+
+def _pitch_model(prepared_cache, pitch_variation: float):
+    """A tiny pitch-conditioned model whose predictor and embedding say something (both start at zero)."""
+    from myxtts.model import build_model
+    from myxtts.text import Vocabulary
+
+    vocabulary = Vocabulary.load(prepared_cache.cache_dir / "vocab.json")
+    cfg = parallel_config(prepared_cache, model={"pitch_conditioning": True, "pitch_variation": pitch_variation})
+    model = build_model(cfg, len(vocabulary))
+    rng = np.random.default_rng(0)
+    for layer in (model.pitch_predictor.output_proj, model.pitch_embedding.conv):
+        layer.kernel.assign(rng.normal(0.0, 0.05, layer.kernel.shape).astype(np.float32))
+    return cfg, model, vocabulary
+
+
+def test_pitch_variation_scales_the_predicted_contour_in_synthesis_only(prepared_cache):
+    """model.pitch_variation: the decoder hears the predicted token pitch times the key (about the utterance's mean,
+    0) when it says a mel; with the recordings' pitch (training, teacher forcing) it hears them as they are."""
+    cfg, model, _ = _pitch_model(prepared_cache, 1.5)
+    assert model.pitch_variation == 1.5
+    batch = _real_batches(cfg, count=1)[0]  # real clips of unequal lengths, with their F0
+    outputs = model(batch)
+    text = model.encode_text(batch["tokens"], batch["token_lengths"])
+    latents = model.encode_reference(batch["reference_mel"], batch["reference_lengths"])
+    hard, lengths = outputs["hard_alignment"], batch["mel_lengths"]
+    predicted = model.pitch_predictor(text, batch["token_lengths"])  # [batch, tokens]
+    assert float(tf.reduce_max(tf.abs(predicted))) > 0.01
+    said = model.decode(text, hard, lengths, latents)[1].numpy()  # synthesis: no pitch given
+    scaled = model.decode(text, hard, lengths, latents, token_pitch=1.5 * predicted)[1].numpy()
+    as_predicted = model.decode(text, hard, lengths, latents, token_pitch=predicted)[1].numpy()
+    np.testing.assert_allclose(said, scaled, atol=1e-5)
+    assert np.abs(said - as_predicted).max() > 1e-3
+    # the recordings' pitch is heard unscaled: the same mel as a model at 1
+    model.pitch_variation = 1.0
+    np.testing.assert_allclose(model(batch)["mel_after"].numpy(), outputs["mel_after"].numpy(), atol=1e-5)
+    np.testing.assert_allclose(model.decode(text, hard, lengths, latents)[1].numpy(), as_predicted, atol=1e-5)
+
+
+def test_evaluate_compares_the_said_contour_with_the_recordings(prepared_cache):
+    """evaluate's pitch measures on real clips of unequal lengths: teacher forcing returns the recordings' token pitch
+    and the predictor's; the spread is the said contour's (times model.pitch_variation) over the recordings'."""
+    from conftest import BUNDLED_CORPUS
+    from myxtts.audio import load_audio
+    from myxtts.evaluation.evaluate import pitch_fit, summarize
+    from myxtts.synthesis import Synthesizer
+    from myxtts.synthesis.teacher_forcing import TeacherForcing
+
+    cfg, model, vocabulary = _pitch_model(prepared_cache, 1.5)
+    synthesizer = Synthesizer(cfg, model, vocabulary)
+    teacher = TeacherForcing(synthesizer)
+    rows = [line.split("|") for line in (BUNDLED_CORPUS / "metadata.csv").read_text().splitlines()[:2]]
+    items = []
+    for clip, *texts in rows:
+        wave = load_audio(BUNDLED_CORPUS / "wavs" / f"{clip}.wav", cfg.audio.sample_rate)
+        forced = teacher(texts[-1], synthesizer.frontend(wave).numpy(), wave, wave)
+        assert forced.token_pitch.shape == forced.pitch_predictions.shape == forced.tokens.shape
+        voiced = forced.token_pitch != 0
+        assert voiced.sum() > len(forced.tokens) // 3  # most tokens of real speech have a voiced frame
+        fit = pitch_fit(forced, model.pitch_variation)
+        real, predicted = forced.token_pitch[voiced], forced.pitch_predictions[voiced]
+        np.testing.assert_allclose(fit["pitch_spread"], 1.5 * predicted.std() / real.std(), rtol=1e-5)
+        plain = pitch_fit(forced, 1.0)  # the key scales the spread alone
+        assert fit["pitch_correlation"] == plain["pitch_correlation"]
+        np.testing.assert_allclose(fit["pitch_spread"], 1.5 * plain["pitch_spread"], rtol=1e-6)
+        assert -1.0 <= fit["pitch_correlation"] <= 1.0
+        items.append({key: 0.0 for key in ("mcd_dtw_db", "teacher_forced_mel_l1", "duration_error",
+                                           "aligner_focus_rate", "aligner_diagonality", "real_time_factor",
+                                           "length_ratio", "cut_at_maximum")} | fit)
+    assert items[0]["pitch_spread"] != items[1]["pitch_spread"]
+    assert summarize(items)["pitch_spread"] == np.mean([item["pitch_spread"] for item in items])
+    # without the clip's audio the model reads its own prediction: nothing to compare with
+    assert pitch_fit(teacher(texts[-1], synthesizer.frontend(wave).numpy(), wave), 1.5) == {}

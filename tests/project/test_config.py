@@ -70,6 +70,8 @@ def test_wrong_type_names_key(tmp_path: Path, section: str, key: str, value, mes
     ("model", "dropout", 1.5),
     ("model", "mel_sharpening", -0.5),
     ("model", "mel_sharpening", float("nan")),
+    ("model", "pitch_variation", -1.0),
+    ("model", "pitch_variation", 1.5),  # without pitch conditioning: it would do nothing
     ("data", "num_workers", 0),
     ("vocoder", "segment_samples", 1000),  # not whole hops
     ("vocoder", "discriminator_periods", [1, 2]),

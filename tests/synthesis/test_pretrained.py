@@ -78,10 +78,11 @@ def test_finetuning_recipe_fits_the_shipped_base_as_the_demo_does():
         assert cfg.init_from.resolve() == PRETRAINED.resolve(), name
         check_compatible(cfg, base, checkpoint, str(PRETRAINED))  # raises WarmStartError naming each difference
         assert cfg.text == base.text, name  # phonemes of the same language: the same symbol set
-    # the same model but for its dropout, the synthesis-only mel_sharpening and the pitch modules a warm start adds
-    # (the clone recipe's, not the demo's)
+    # the same model but for its dropout, the synthesis-only mel_sharpening and pitch_variation, and the pitch modules a
+    # warm start adds (the clone recipe's, not the demo's)
     model = {name: {k: v for k, v in cfg.to_dict()["model"].items()
-                    if k not in ("dropout", "mel_sharpening", "pitch_conditioning")} for name, cfg in recipes.items()}
+                    if k not in ("dropout", "mel_sharpening", "pitch_conditioning", "pitch_variation")}
+             for name, cfg in recipes.items()}
     assert recipes["finetune"].model.pitch_conditioning
     assert not base.model.pitch_conditioning
     assert model["finetune"] == model["demo"]

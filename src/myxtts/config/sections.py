@@ -121,6 +121,10 @@ class ModelConfig:
     # the utterance's voiced frames), trained on the recordings' F0 (myxtts.pitch), and an embedding of it added to the
     # text before the decoder: the recordings' pitch in training and teacher forcing, the predicted one in synthesis
     pitch_conditioning: bool = False
+    # synthesis (pitch conditioning): the predicted pitch contour scaled by this about the utterance's mean (1: as
+    # predicted; > 1 livelier, as FastPitch's pitch amplification): a predictor trained by MSE says a flatter contour
+    # than the voice's; every mel the model says, not its training or teacher forcing
+    pitch_variation: float = 1.0
 
 
 @dataclass(frozen=True)

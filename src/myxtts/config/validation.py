@@ -94,6 +94,12 @@ def _check_model_keys(cfg: Config) -> None:
     if not 0.0 <= m.mel_sharpening < float("inf"):  # NaN fails too
         raise ValueError(f"Config key 'model.mel_sharpening' must be a number >= 0 (0: the mel as decoded), got "
                          f"{m.mel_sharpening}.")
+    if not 0.0 <= m.pitch_variation < float("inf"):  # NaN fails too
+        raise ValueError(f"Config key 'model.pitch_variation' must be a number >= 0 (1: the pitch as predicted), got "
+                         f"{m.pitch_variation}.")
+    if m.pitch_variation != 1.0 and not m.pitch_conditioning:
+        raise ValueError(f"Config key 'model.pitch_variation' ({m.pitch_variation}) does nothing without pitch "
+                         "conditioning: set 'model.pitch_conditioning: true' or leave it at 1.")
     discriminator = m.mel_adversarial_weight > 0 or m.mel_feature_matching_weight > 0
     if m.mel_discriminator_channels is not None and not discriminator:
         raise ValueError(f"Config key 'model.mel_discriminator_channels' ({m.mel_discriminator_channels}) does nothing "

@@ -11,6 +11,9 @@ Per clip (the run's validation split by default, or every clip of a corpus folde
 - ``duration_error``: mean |log(1 + predicted frames) - log(1 + aligner frames)| over the clip's tokens;
 - ``aligner_focus_rate`` / ``aligner_diagonality``: how peaked and how diagonal the aligner's soft alignment of
   the real audio is (``myxtts.evaluation.metrics``);
+- ``pitch_spread`` / ``pitch_correlation`` (pitch conditioning): over the tokens with a voiced frame, the spread
+  (standard deviation) of the contour the model says (the predicted token pitch times ``model.pitch_variation``)
+  over the recordings', and the correlation of the predicted contour with theirs;
 - ``real_time_factor``: (compiled decoding + vocoder seconds) / seconds of audio produced;
 - ``length_ratio``: synthesized / real frames; ``cut_at_maximum``: the predicted durations overran
   ``data.max_mel_frames``.
@@ -36,6 +39,7 @@ from myxtts.synthesis.teacher_forcing import TeacherForced, TeacherForcing
 
 SUMMARY_KEYS = ("mcd_dtw_db", "teacher_forced_mel_l1", "duration_error", "aligner_focus_rate", "aligner_diagonality",
                 "real_time_factor", "length_ratio", "cut_at_maximum")
+PITCH_KEYS = ("pitch_spread", "pitch_correlation")
 
 
 def corpus_entries(cfg: Config, data: str | os.PathLike | None) -> tuple[list[CorpusEntry], list[CorpusEntry], str]:
@@ -85,6 +89,19 @@ def teacher_forced_fit(forced: TeacherForced, real_mel: np.ndarray) -> dict[str,
             "aligner_focus_rate": focus_rate(forced.alignment)}
 
 
+def pitch_fit(forced: TeacherForced, pitch_variation: float) -> dict[str, float]:
+    """How the contour the model says compares with the recordings', over the tokens with a voiced frame (a
+    pitch-conditioned model, the clip's audio given; {} otherwise, or with fewer than 3 such tokens)."""
+    if forced.token_pitch is None:
+        return {}
+    voiced = forced.token_pitch != 0
+    real, predicted = forced.token_pitch[voiced].astype(np.float64), forced.pitch_predictions[voiced]
+    if voiced.sum() < 3 or real.std() == 0:
+        return {}
+    correlation = float(np.corrcoef(real, predicted)[0, 1]) if predicted.std() > 0 else 0.0
+    return {"pitch_spread": float(pitch_variation * predicted.std() / real.std()), "pitch_correlation": correlation}
+
+
 def evaluate(synthesizer: Synthesizer, entries: list[CorpusEntry], pool: list[CorpusEntry],
              plots_dir: str | os.PathLike | None = None) -> list[dict[str, Any]]:
     """Metrics per clip (see the module docstring)."""
@@ -110,7 +127,7 @@ def evaluate(synthesizer: Synthesizer, entries: list[CorpusEntry], pool: list[Co
                 "cut_at_maximum": result.ended_by == "maximum length",
                 "mcd_dtw_db": mel_cepstral_distortion(real_wave, result.waveform, rate),
                 "real_time_factor": compute_seconds / max(seconds, 1e-9), "seconds": seconds,
-                **teacher_forced_fit(forced, real_mel)}
+                **teacher_forced_fit(forced, real_mel), **pitch_fit(forced, synthesizer.model.pitch_variation)}
         if plots_dir is not None:
             folder = Path(plots_dir)
             item["plots"] = [
@@ -124,7 +141,13 @@ def evaluate(synthesizer: Synthesizer, entries: list[CorpusEntry], pool: list[Co
 
 
 def summarize(items: list[dict[str, Any]]) -> dict[str, float]:
-    return {key: float(np.mean([float(item[key]) for item in items])) for key in SUMMARY_KEYS}
+    """Means over the clips; the pitch measures over the clips that have them (pitch conditioning)."""
+    summary = {key: float(np.mean([float(item[key]) for item in items])) for key in SUMMARY_KEYS}
+    for key in PITCH_KEYS:
+        values = [float(item[key]) for item in items if key in item]
+        if values:
+            summary[key] = float(np.mean(values))
+    return summary
 
 
 def evaluate_run(run_dir: str | os.PathLike, data: str | os.PathLike | None = None,
@@ -158,7 +181,9 @@ def format_report(report: dict[str, Any]) -> str:
                ("dur err", "duration_error", "{:.3f}"), ("focus", "aligner_focus_rate", "{:.3f}"),
                ("diag", "aligner_diagonality", "{:.3f}"), ("RTF", "real_time_factor", "{:.3f}"),
                ("len ratio", "length_ratio", "{:.2f}"), ("cut", "cut_at_maximum", "{}")]
-    rows = [[fmt.format(item[key]) for _, key, fmt in columns] for item in report["items"]]
+    if "pitch_spread" in report["summary"]:  # pitch conditioning: the said contour against the recordings'
+        columns[4:4] = [("pitch spread", "pitch_spread", "{:.2f}"), ("pitch corr", "pitch_correlation", "{:.2f}")]
+    rows = [[fmt.format(item[key]) if key in item else "-" for _, key, fmt in columns] for item in report["items"]]
     summary = report["summary"]
     rows.append(["mean"] + [fmt.format(summary[key]) if key != "cut_at_maximum" else f"{summary[key]:.0%}"
                             for _, key, fmt in columns[1:]])

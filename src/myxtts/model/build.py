@@ -45,6 +45,7 @@ def build_model(cfg: Config, vocab_size: int) -> TTSModel:
     keras.mixed_precision.set_global_policy(MIXED_PRECISION_POLICIES[cfg.training.mixed_precision])
     try:
         model = MODEL_CLASSES[cfg.model.decoder](dims, name=f"{cfg.model.decoder}_tts")
+        model.pitch_variation = float(cfg.model.pitch_variation)
         # 16 frames: enough for the aligner to place each of the 5 tokens
         model({k: tf.constant(v) for k, v in dummy_batch(dims, steps=16 // dims.reduction_factor).items()},
               training=False)

@@ -44,6 +44,7 @@ class TTSModel(BuiltByFirstCall, keras.Model):
     def __init__(self, dims: ModelDims, **kwargs):
         super().__init__(**kwargs)
         self.dims = dims
+        self.pitch_variation = 1.0  # model.pitch_variation (build_model sets it): the predicted contour's scale
         sites = SiteCounter()
         self.text_encoder = TextEncoder(dims, sites, embedding_stddev=dims.d_model ** -0.5, name="text_encoder")
         self.conditioning_encoder = ConditioningEncoder(dims, sites, name="conditioning_encoder")
@@ -84,6 +85,7 @@ class TTSModel(BuiltByFirstCall, keras.Model):
             if token_pitch is None:
                 token_lengths = tf.reduce_sum(tf.cast(token_mask, tf.int32), axis=1)
                 token_pitch = self.pitch_predictor(text_encodings, token_lengths, training=training, seed=seed)
+                token_pitch = token_pitch * self.pitch_variation  # model.pitch_variation: about the mean (0)
             text_encodings = text_encodings + self.pitch_embedding(token_pitch, token_mask)
         frame_mask = length_mask(mel_lengths, static_or_dynamic_dim(hard_alignment, 1))  # [B, T_mel]
         frames = length_regulate(hard_alignment, text_encodings)  # [B, T_mel, d]

@@ -35,6 +35,10 @@ class TeacherForced:
     alignment: np.ndarray  # [frames, tokens] the aligner's soft alignment of the real mel
     aligner_durations: np.ndarray  # [tokens] frames per token from the aligner (what the duration predictor learns)
     log_duration_predictions: np.ndarray  # [tokens] the duration predictor's log(1 + frames)
+    # pitch conditioning, the clip's audio given: each token's pitch from the recordings (standardised log F0, 0 where
+    # the token has no voiced frame) and the predictor's, [tokens] (model/pitch.py); None otherwise
+    token_pitch: np.ndarray | None = None
+    pitch_predictions: np.ndarray | None = None
 
 
 class TeacherForcing:
@@ -93,4 +97,6 @@ class TeacherForcing:
             tokens=tokens, mel=stats.denormalize(outputs["mel_after"][:true_frames]),
             alignment=outputs["alignments"][:true_frames, : len(tokens)],
             aligner_durations=outputs["durations"][: len(tokens)],
-            log_duration_predictions=outputs["log_duration_predictions"][: len(tokens)])
+            log_duration_predictions=outputs["log_duration_predictions"][: len(tokens)],
+            **{key: outputs[key][: len(tokens)] for key in ("token_pitch", "pitch_predictions")
+               if "token_pitch" in outputs})  # the recordings' pitch was read
