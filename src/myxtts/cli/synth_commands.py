@@ -113,7 +113,8 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
 @vocoder_option()
 @clean_errors(ValueError, OSError)
 def evaluate_command(run_dir, data_path, config_path, limit, json_path, plots_dir, vocoder_path) -> None:
-    """MCD-DTW, teacher-forced mel L1, duration error, aligner focus / diagonality, real-time factor."""
+    """MCD-DTW, teacher-forced mel L1, duration error, aligner focus / diagonality, the pitch contour against the
+    recordings' (pitch conditioning), real-time factor."""
     from myxtts.evaluation.evaluate import evaluate_run
     from myxtts.locks import lock_run_directory
 
