@@ -76,8 +76,10 @@ def _untrained_run(root: Path, model_keys: dict, data_keys: dict | None = None) 
 
 @pytest.fixture(scope="module")
 def parallel_run(tmp_path_factory) -> Path:
-    # the clone recipe's model: the parallel decoder with pitch conditioning (a predictor says each token's pitch)
-    return _untrained_run(tmp_path_factory.mktemp("export"), {"decoder_conv_blocks": 2, "pitch_conditioning": True})
+    # the clone recipe's model: the parallel decoder with pitch conditioning (a predictor says each token's pitch),
+    # its contour said wider than predicted (model.pitch_variation: the SavedModel's graph scales it as synthesize does)
+    return _untrained_run(tmp_path_factory.mktemp("export"), {"decoder_conv_blocks": 2, "pitch_conditioning": True,
+                                                              "pitch_variation": 1.5})
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +143,11 @@ def test_exported_model_runs_with_tensorflow_alone_and_matches_synthesize(run_fi
         embedding.assign(trained)
         # an export without the pitch modules would miss the tolerance below by far
         assert _snr_db(expected, without_pitch.waveform) < MIN_SNR_DB - 10
+        unscaled = Synthesizer.from_run(parallel_run)  # the contour as predicted: set before its first trace
+        unscaled.model.pitch_variation = 1.0
+        unscaled.vocoder = synthesizer.vocoder
+        as_predicted, = unscaled.synthesize(TEXT, reference)
+        assert _snr_db(expected, as_predicted.waveform) < MIN_SNR_DB  # an export ignoring the scale would fail below
 
     served = subprocess.run([sys.executable, "-c", SERVE, str(saved), str(reference), json.dumps(tokens.tolist())],
                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
