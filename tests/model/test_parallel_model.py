@@ -14,9 +14,10 @@ PARALLEL_TINY = {"preset": "tiny", "decoder": "parallel", "reduction_factor": 1,
                  "postnet_layers": 2, "decoder_conv_blocks": 2}
 
 
-def parallel_config(prepared, data=None, model=None, training=None):
+def parallel_config(prepared, data=None, model=None, training=None, audio=None):
     raw = prepared.to_dict()
     raw["data"].update(corpus_path=str(prepared.corpus_path), cache_dir=str(prepared.cache_dir), **(data or {}))
+    raw["audio"].update(**(audio or {}))
     raw["model"] = {**PARALLEL_TINY, **(model or {})}
     raw["training"].update(**(training or {}))
     return config_from_dict(raw, base_dir=prepared.base_dir)
@@ -61,8 +62,9 @@ def test_parallel_training_stops_at_its_time_budget_without_retracing(prepared_c
     budget = {"max_steps": 100000, "learning_rate": 0.003, "warmup_steps": 10, "log_every": 10,
               "validate_every": 100000, "checkpoint_every": 100000, "summary_every": 0, "strict_retracing": True,
               "max_minutes": 0.02}
-    # one bucket: the point is the budget and the resume (bucketed runs without a retrace: test_train)
-    cfg = parallel_config(prepared_cache, data={"num_buckets": 1}, training=budget)
+    # one bucket and no validation split: the point is the budget and the resume (bucketed, validated runs without
+    # a retrace: test_train)
+    cfg = parallel_config(prepared_cache, data={"num_buckets": 1, "validation_size": 0}, training=budget)
     first = run(cfg, tmp_path / "budget", progress=False, echo=lambda _: None)
     assert first["stopped"] == "max_minutes" and 0 < first["steps"] < 100000
     assert first["retraces_after_warmup"] == 0 and first["batch_shapes"] == 1
@@ -70,7 +72,8 @@ def test_parallel_training_stops_at_its_time_budget_without_retracing(prepared_c
     again = run(cfg, tmp_path / "budget", resume=True, progress=False, echo=lambda _: None)
     assert again["stopped"] == "max_minutes" and again["steps_this_run"] == 0 and again["steps"] == first["steps"]
     assert again["warmup_seconds"] == 0  # nothing left to train: nothing compiled either
-    more = parallel_config(prepared_cache, data={"num_buckets": 1}, training=dict(budget, max_minutes=0.06))
+    more = parallel_config(prepared_cache, data={"num_buckets": 1, "validation_size": 0},
+                           training=dict(budget, max_minutes=0.06))
     later = run(more, tmp_path / "budget", resume=True, progress=False, echo=lambda _: None)
     assert later["stopped"] == "max_minutes" and later["steps"] > first["steps"]
     assert later["retraces_after_warmup"] == 0

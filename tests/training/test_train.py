@@ -23,10 +23,11 @@ TINY_TINY_AR = {**TINY_TINY, "decoder": "autoregressive", "reduction_factor": 2,
                 "decoder_layers": 1, "prenet_dim": 32}
 
 
-def trainer_config(prepared, data=None, model=None, training=None):
+def trainer_config(prepared, data=None, model=None, training=None, audio=None):
     """The prepared cache's config with overrides (tiny-tiny model by default)."""
     raw = prepared.to_dict()
     raw["data"].update(corpus_path=str(prepared.corpus_path), cache_dir=str(prepared.cache_dir), **(data or {}))
+    raw["audio"].update(**(audio or {}))
     raw["model"].update({**TINY_TINY, **(model or {})})
     raw["training"].update(**(training or {}))
     return config_from_dict(raw, base_dir=prepared.base_dir)
@@ -39,15 +40,18 @@ def write_config(cfg, path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_cli_trains_80_shuffled_steps_without_a_single_retrace(prepared_cache, tmp_path):
+def test_cli_trains_80_shuffled_steps_without_a_single_retrace(prepared_cache, tmp_path, monkeypatch):
     """The autoregressive decoder through the whole trainer (the other trainer tests run the parallel one)."""
     from click.testing import CliRunner
 
     from myxtts.cli import main
+    # listening here is about its compiled functions and records; what the recognizer hears: test_train_listening
+    monkeypatch.setattr("myxtts.evaluation.listening_measures.recognizer_available", lambda: False)
     # 2 buckets: shuffled across shapes all the same; each further bucket is one more train + validate warm-up
-    cfg = trainer_config(prepared_cache, data={"num_buckets": 2}, model=TINY_TINY_AR, training={
-        "max_steps": 80, "learning_rate": 0.003, "warmup_steps": 20, "log_every": 20, "validate_every": 40,
-        "checkpoint_every": 40, "summary_every": 40, "strict_retracing": True, "listen_sentences": 2})
+    training = {"max_steps": 80, "learning_rate": 0.003, "warmup_steps": 20, "log_every": 20, "validate_every": 40,
+                "checkpoint_every": 40, "summary_every": 40, "strict_retracing": True, "listen_sentences": 2}
+    cfg = trainer_config(prepared_cache, data={"num_buckets": 2}, model=TINY_TINY_AR, audio={"griffin_lim_iters": 4},
+                         training=training)
     config_path = write_config(cfg, tmp_path / "train.yaml")
     result = CliRunner().invoke(main, ["train", "--config", str(config_path), "--workdir", str(tmp_path / "run"),
                                        "--no-progress"], standalone_mode=False, catch_exceptions=False)
@@ -95,7 +99,8 @@ def test_nan_guard_stops_and_keeps_last_good_checkpoint(prepared_cache, tmp_path
     """With the mel discriminator on: a poisoned batch skips its update too, and it is checkpointed with the run."""
     from myxtts.training import NonFiniteLossError, run
     adversarial = {"mel_adversarial_weight": 0.5, "mel_feature_matching_weight": 1.0, "mel_discriminator_channels": 4}
-    cfg = trainer_config(prepared_cache, data={"num_buckets": 1}, model=adversarial, training={
+    # no validation split: the run stops at step 4, before any validation (and nothing need trace one)
+    cfg = trainer_config(prepared_cache, data={"num_buckets": 1, "validation_size": 0}, model=adversarial, training={
         "max_steps": 20, "checkpoint_every": 2, "max_nonfinite_steps": 2, "validate_every": 100,
         "summary_every": 0, "log_every": 1})
 
