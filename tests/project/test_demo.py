@@ -64,11 +64,22 @@ def test_demo_prepares_trains_synthesizes_and_summarizes(tmp_path: Path) -> None
     plot = Path(listened["sentences"][0]["plot"])
     assert plot.is_file() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
+    assert "vocoder:                    griffin-lim" in out
+    griffin_lim_samples = samples
+
     # a second run resumes from the checkpoint instead of refusing the non-empty workdir
     # (at its step budget already: nothing to train, so nothing is compiled for training; a short --text: after 6
-    # steps the README sentence comes out as 10 s of audio for pocketsphinx, and this run is about the resume)
+    # steps the README sentence comes out as 10 s of audio for pocketsphinx, and this run is about the resume), and
+    # speaks through the shipped neural vocoder as scripts/demo.sh does: its --vocoder first, the user's after it wins
+    shipped = str(REPO / "pretrained" / "vocoder-vocos-ljspeech")
     again = CliRunner().invoke(main, ["demo", "--config", str(config), "--workdir", str(run_dir), "--steps", "6",
-                                      "--listen-sentences", "0", "--text", "A modern art.", *shrink],
-                               catch_exceptions=False)
+                                      "--vocoder", "griffin-lim", "--listen-sentences", "0", "--text", "A modern art.",
+                                      *shrink, "--vocoder", shipped], catch_exceptions=False)
     assert again.exit_code == 0, again.output
     assert "Cache is up to date" in again.output and "resum" in again.output.lower()
+    assert f"vocoder:                    {shipped}" in again.output
+    with wave.open(str(wav_path)) as handle:
+        assert handle.getframerate() == 22050
+        vocoded = np.frombuffer(handle.readframes(handle.getnframes()), dtype=np.int16)
+    # the short sentence's audio, rewritten by the vocoder: shorter than the first run's sentence, and not silent
+    assert 22050 * 0.3 < vocoded.size < griffin_lim_samples.size and np.abs(vocoded).max() > 100
