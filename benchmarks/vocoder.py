@@ -139,7 +139,7 @@ def end_to_end(args, systems: dict, clips: list[tuple[str, str]], mels: list[np.
     from myxtts.synthesis.teacher_forcing import TeacherForcing
     from myxtts.vocoder.neural import check_audio_match
 
-    synthesizer = Synthesizer.from_run(args.acoustic_run, truncate_long=True)
+    synthesizer = Synthesizer.from_run(args.acoustic_run, truncate_long=True, vocoder="griffin-lim")  # mels only
     lines = [line for line in (args.corpus / "metadata.csv").read_text(encoding="utf-8").splitlines() if line]
     voice_clips = [str(args.corpus / "wavs" / f"{line.split('|', 1)[0]}.wav") for line in lines[:args.references]]
     reference = voice_clips[0]  # teacher forcing reads one clip
@@ -221,7 +221,8 @@ def main() -> None:
     parser.add_argument("--nisqa", help="The NISQA-TTS folder (nisqa_mos.py): naturalness.")
     parser.add_argument("--rounds", type=int, default=3, help="Alternated rounds of the real-time factor.")
     parser.add_argument("--acoustic-run", type=Path,
-                        help="Also say the held-out sentences with this acoustic model through every system.")
+                        help="Also say the held-out sentences with this acoustic model through every system (its "
+                             "own vocoder, RUN/vocoder, among them as 'own').")
     parser.add_argument("--references", type=int, default=1,
                         help="End to end, the voice: the corpus' first N clips (training clips; latents averaged).")
     parser.add_argument("--no-pitch", action="store_true", help="Skip pYIN (F0, V/UV, periodicity): faster.")
@@ -249,7 +250,7 @@ def main() -> None:
     from myxtts.audio import MelFrontend, load_audio
     from myxtts.config import AudioConfig
     from myxtts.vocoder import GriffinLim
-    from myxtts.vocoder.neural import load_vocoder
+    from myxtts.vocoder.neural import load_vocoder, own_vocoder
 
     audio_cfg = AudioConfig()
     rate = audio_cfg.sample_rate
@@ -266,6 +267,9 @@ def main() -> None:
         name, _, path = item.partition("=")
         path, _, checkpoint = path.partition("@")  # DIR@CHECKPOINT_PREFIX: one checkpoint of a run
         systems[name] = load_vocoder(path, audio_cfg, "the benchmark's front-end", checkpoint=checkpoint or None)
+    own = own_vocoder(args.acoustic_run) if args.acoustic_run is not None else None
+    if own is not None and "own" not in systems:  # what `synthesize --run` of that model speaks through
+        systems["own"] = load_vocoder(own, audio_cfg, "the benchmark's front-end")
     if args.curve:
         for name, prefix, trained in curve_systems(args.curve, args.snapshots):
             systems[name] = load_vocoder(args.curve, audio_cfg, "the benchmark's front-end", checkpoint=prefix)

@@ -20,6 +20,9 @@
     RUN/model.json         a packed acoustic model's record (``pack``: step, minutes, parameters, bytes)
     RUN/vocoder.json       a vocoder's family, sizes and the audio settings it reads
     RUN/acoustic-mels/     a vocoder fine-tune's teacher-forced mels of an acoustic run
+    RUN/vocoder/           an acoustic run's (or packed model's) own vocoder: a packed vocoder that synthesis,
+                           ``serve``, ``export`` and ``evaluate`` use when no ``--vocoder`` is given
+                           (``myxtts.vocoder.packing``)
 
 Reading a run: ``RunDir(path)`` for the paths, ``latest_checkpoint``, ``find_vocabulary`` and the mel-statistics
 readers below; ``myxtts.model.restore`` builds and restores the model. Training and synthesis both read runs through
@@ -59,6 +62,7 @@ class RunDir:
     MODEL_RECORD = "model.json"
     VOCODER_RECORD = "vocoder.json"
     ACOUSTIC_MELS = "acoustic-mels"
+    OWN_VOCODER = "vocoder"
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -128,6 +132,10 @@ class RunDir:
     @property
     def acoustic_mels(self) -> Path:
         return self.path / self.ACOUSTIC_MELS
+
+    @property
+    def own_vocoder(self) -> Path:
+        return self.path / self.OWN_VOCODER
 
     def has_checkpoint(self) -> bool:
         return self.checkpoints.is_dir() and any(self.checkpoints.iterdir())
@@ -220,3 +228,21 @@ def find_mel_stats(cfg: Config, *folders: Path) -> MelStats:
 def check_n_mels(stats: MelStats, cfg: Config | None, source: Path) -> None:
     if cfg is not None and stats.n_mels != cfg.audio.n_mels:
         raise RunError(f"{source}: mel statistics of {stats.n_mels} bins, but audio.n_mels is {cfg.audio.n_mels}.")
+
+
+def relative_config_paths(config_path: Path) -> None:
+    """The config's paths inside the current folder (a repository) made relative to the config's own folder, so a
+    packed model works from any clone."""
+    import os
+
+    import yaml
+
+    raw = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    here = Path.cwd().resolve()
+    if not config_path.parent.resolve().is_relative_to(here):
+        return
+    for section, key in (("data", "corpus_path"), ("data", "cache_dir"), ("training", "init_from")):
+        value = raw.get(section, {}).get(key)
+        if value and Path(value).is_absolute() and Path(value).resolve().is_relative_to(here):
+            raw[section][key] = os.path.relpath(Path(value).resolve(), config_path.parent.resolve())
+    config_path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")

@@ -64,7 +64,7 @@ def test_demo_prepares_trains_synthesizes_and_summarizes(tmp_path: Path) -> None
     plot = Path(listened["sentences"][0]["plot"])
     assert plot.is_file() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    assert "vocoder:                    griffin-lim" in out
+    assert "vocoder:                    griffin-lim" in out and not (run_dir / "vocoder").exists()
     griffin_lim_samples = samples
 
     # a second run resumes from the checkpoint instead of refusing the non-empty workdir
@@ -77,7 +77,9 @@ def test_demo_prepares_trains_synthesizes_and_summarizes(tmp_path: Path) -> None
                                       *shrink, "--vocoder", shipped], catch_exceptions=False)
     assert again.exit_code == 0, again.output
     assert "Cache is up to date" in again.output and "resum" in again.output.lower()
-    assert f"vocoder:                    {shipped}" in again.output
+    # installed as the run's own vocoder, which `synthesize --run` then uses unasked
+    assert f"vocoder:                    {shipped} (installed as {run_dir / 'vocoder'})" in again.output
+    assert json.loads((run_dir / "vocoder" / "vocoder.json").read_text())["family"] == "vocos"
     with wave.open(str(wav_path)) as handle:
         assert handle.getframerate() == 22050
         vocoded = np.frombuffer(handle.readframes(handle.getnframes()), dtype=np.int16)

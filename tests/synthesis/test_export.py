@@ -113,26 +113,33 @@ def neural_vocoder(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("run_fixture,vocoder", [("parallel_run", "griffin-lim"), ("autoregressive_run", "neural")])
 def test_exported_model_runs_with_tensorflow_alone_and_matches_synthesize(run_fixture, vocoder, request, tmp_path):
     """Both decoders (the autoregressive one exports its compiled step loop, a while_loop over None dims) and both
-    kinds of vocoder (a neural one's generator is saved inside the SavedModel)."""
+    kinds of vocoder (a neural one's generator is saved inside the SavedModel). The neural one is the model's own:
+    packed with it (``pack --vocoder``), then used by export and synthesis without being named."""
     from myxtts.cli import main
     from myxtts.synthesis import Synthesizer
-    from myxtts.vocoder.neural import load_vocoder
+    from myxtts.vocoder.neural import NeuralVocoder
 
     parallel_run = request.getfixturevalue(run_fixture)
-    vocoder_path = str(request.getfixturevalue("neural_vocoder")) if vocoder == "neural" else vocoder
+    export_args = ["--vocoder", "griffin-lim"]
+    if vocoder == "neural":
+        packed = tmp_path / "packed"
+        result = CliRunner().invoke(main, ["pack", "--run", str(parallel_run), "--out", str(packed),
+                                           "--vocoder", str(request.getfixturevalue("neural_vocoder"))])
+        assert result.exit_code == 0 and f"its own vocoder from {request.getfixturevalue('neural_vocoder')}" in \
+            result.output, result.output
+        parallel_run, export_args = packed, []
 
     saved = tmp_path / "saved"
-    result = CliRunner().invoke(main, ["export", "--run", str(parallel_run), "--out", str(saved),
-                                       "--vocoder", vocoder_path])
+    result = CliRunner().invoke(main, ["export", "--run", str(parallel_run), "--out", str(saved), *export_args])
     assert result.exit_code == 0, result.output
     assert {p.name for p in (saved / "assets").iterdir()} == {"vocab.json", "mel_stats.json", "export.json"}
     info = json.loads((saved / "assets" / "export.json").read_text())
     assert info["sample_rate"] == 22050 and info["embedding_shape"][0] == 1
-    assert info["vocoder"] == (str(Path(vocoder_path).resolve()) if vocoder == "neural" else "griffin-lim")
+    assert info["vocoder"] == (str((parallel_run / "vocoder").resolve()) if vocoder == "neural" else "griffin-lim")
 
     reference = bundled_wavs(3)[2]
-    synthesizer = Synthesizer.from_run(parallel_run)  # what `myxtts synthesize --vocoder` runs (before its 16-bit file)
-    synthesizer.vocoder = load_vocoder(vocoder_path, synthesizer.cfg.audio)
+    synthesizer = Synthesizer.from_run(parallel_run)  # what `myxtts synthesize` runs (before its 16-bit file)
+    assert isinstance(synthesizer.vocoder, NeuralVocoder) == (vocoder == "neural")  # the run's own, if it has one
     result, = synthesizer.synthesize(TEXT, reference)
     expected, tokens = result.waveform, result.tokens
     if synthesizer.cfg.model.pitch_conditioning:  # the predicted pitch shapes the mel the export must reproduce
@@ -232,7 +239,7 @@ def _no_staging_left(out: Path) -> bool:
 
 @pytest.mark.parametrize("command", ["export", "pack"])
 def test_force_replaces_an_earlier_output_only_once_the_new_one_is_complete(command, parallel_run, tmp_path,
-                                                                            monkeypatch):
+                                                                            monkeypatch, request):
     """A run that cannot be loaded, then a failure while the new output is written (the disk fills): the earlier
     output is left whole and no staging folder stays; a complete new one replaces it. The record names the step of
     the weights written."""
@@ -245,8 +252,11 @@ def test_force_replaces_an_earlier_output_only_once_the_new_one_is_complete(comm
 
     out = tmp_path / "outputs" / "model"
     record = out / ("assets/export.json" if command == "export" else "model.json")
-    first = CliRunner().invoke(main, [command, "--run", str(parallel_run), "--out", str(out)])
+    # a packed model holding its own vocoder (OUT/vocoder, a packed vocoder): part of it, replaced with it
+    own_vocoder = ["--vocoder", str(request.getfixturevalue("neural_vocoder"))] if command == "pack" else []
+    first = CliRunner().invoke(main, [command, "--run", str(parallel_run), "--out", str(out), *own_vocoder])
     assert first.exit_code == 0, first.output
+    assert (out / "vocoder" / "vocoder.json").is_file() == (command == "pack")
     info = json.loads(record.read_text())
     assert info["step"] == 0 and Path(info["source_checkpoint" if command == "pack" else "checkpoint"]).name == \
         Path(loading.latest_checkpoint(parallel_run)).name
@@ -278,3 +288,4 @@ def test_force_replaces_an_earlier_output_only_once_the_new_one_is_complete(comm
     replaced = CliRunner().invoke(main, [command, "--run", str(parallel_run), "--out", str(out), "--force"])
     assert replaced.exit_code == 0, replaced.output
     assert not (out / "note.txt").exists() and json.loads(record.read_text())["step"] == 0 and _no_staging_left(out)
+    assert not (out / "vocoder").exists()  # the run has no vocoder of its own: the new pack has none

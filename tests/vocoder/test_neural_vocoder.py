@@ -178,6 +178,10 @@ def test_a_vocoder_of_other_audio_settings_is_refused(trained_vocoder, tmp_path)
     result = CliRunner().invoke(main, ["serve", "--run", str(REPO_ROOT / "pretrained" / "base-espeak-tiny"),
                                        "--voice", f"a={bundled_wavs(1)[0]}", "--vocoder", str(other)])
     assert result.exit_code == 2 and "audio.n_mels: vocoder 64, acoustic model 80" in result.output, result.output
+    result = CliRunner().invoke(main, ["pack", "--run", str(REPO_ROOT / "pretrained" / "base-espeak-tiny"),
+                                       "--vocoder", str(other), "--out", str(tmp_path / "packed")])
+    assert result.exit_code == 2 and "audio.n_mels: vocoder 64, acoustic model 80" in result.output, result.output
+    assert not (tmp_path / "packed").exists()
 
 
 def test_synthesize_speaks_through_the_trained_vocoder(trained_vocoder, tmp_path):
@@ -248,7 +252,10 @@ def test_pack_keeps_the_generator_alone(trained_vocoder, tmp_path):
 
 def test_fine_tuning_on_an_acoustic_models_teacher_forced_mels(vocoder_cfg, trained_vocoder, tmp_path):
     """--acoustic-run: the shipped base reads each clip's text and real mel through its aligner; the vocoder (warm
-    started from the trained one, discriminators included) trains on those mels, aligned with the clips' audio."""
+    started from the trained one, discriminators included) trains on those mels, aligned with the clips' audio,
+    and becomes the acoustic model's own: its synthesis speaks through it without being told."""
+    import soundfile
+
     from myxtts.data.cache import FeatureCache, read_utterance
     from myxtts.data.prepare import prepare
     from myxtts.training.vocoder_trainer import train_vocoder
@@ -267,14 +274,27 @@ def test_fine_tuning_on_an_acoustic_models_teacher_forced_mels(vocoder_cfg, trai
     cfg = config_from_dict(raw, base_dir=tmp_path)
     prepare(cfg, progress=False)
     workdir, _ = trained_vocoder
+    base = tmp_path / "base"  # a copy: the fine-tuned vocoder is installed into it
+    shutil.copytree(REPO_ROOT / "pretrained" / "base-espeak-tiny", base)
     lines_out = []
-    summary = train_vocoder(cfg, tmp_path / "finetuned", init_from=workdir,
-                            acoustic_run=REPO_ROOT / "pretrained" / "base-espeak-tiny", progress=False,
+    summary = train_vocoder(cfg, tmp_path / "finetuned", init_from=workdir, acoustic_run=base, progress=False,
                             echo=lines_out.append)
     assert summary["steps"] == 4 and summary["retraces_after_warmup"] == 0
     assert any("generator and discriminators" in line for line in lines_out), lines_out
     record = json.loads((tmp_path / "finetuned" / "vocoder.json").read_text())
-    assert record["init_from"].startswith(str(workdir)) and record["acoustic_run"].endswith("base-espeak-tiny")
+    assert record["init_from"].startswith(str(workdir)) and record["acoustic_run"] == str(base.resolve())
+    assert summary["installed_in"] == str(base / "vocoder") and "own vocoder" in lines_out[-1], lines_out
+    own = json.loads((base / "vocoder" / "vocoder.json").read_text())
+    assert own["step"] == 4 and own["acoustic_run"] == record["acoustic_run"] and own["discriminators"] is False
+    from myxtts.cli import main
+
+    out = tmp_path / "own.wav"
+    result = CliRunner().invoke(main, ["synthesize", "--run", str(base), "--text", "Hello there.",
+                                       "--reference", str(bundled_wavs(1)[0]), "--out", str(out)])
+    assert result.exit_code == 0 and f"vocoder: {base / 'vocoder'} (the run's own)" in result.output, result.output
+    audio, _ = soundfile.read(out)
+    frames = int(result.output.split(" frames")[0].rsplit(" ", 1)[-1])
+    assert audio.shape == ((frames - 1) * 256,) and np.abs(audio).max() > 0.01
     cache = FeatureCache.load(cfg)
     mels = tmp_path / "finetuned" / "acoustic-mels"
     assert json.loads((mels / "source.json").read_text())["clips"] == len(cache) == 3
@@ -287,8 +307,7 @@ def test_fine_tuning_on_an_acoustic_models_teacher_forced_mels(vocoder_cfg, trai
     from myxtts.vocoder.acoustic_mels import write_acoustic_mels
 
     lines_out.clear()
-    write_acoustic_mels(cfg, REPO_ROOT / "pretrained" / "base-espeak-tiny", mels, progress=False,
-                        echo=lines_out.append)
+    write_acoustic_mels(cfg, base, mels, progress=False, echo=lines_out.append)
     assert lines_out and lines_out[0].startswith("acoustic mels: reusing")
 
 

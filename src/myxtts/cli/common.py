@@ -21,8 +21,10 @@ def override_option() -> Callable:
                         help="Override a config key, e.g. --set training.max_steps=50 (repeatable).")
 
 
-def vocoder_option() -> Callable:
-    return click.option("--vocoder", "vocoder_path", default="griffin-lim", show_default=True,
+def vocoder_option(default: str | None = None) -> Callable:
+    """``--vocoder``; its default None means the run's own vocoder (``RUN/vocoder``), else Griffin-Lim."""
+    shown = "griffin-lim" if default == "griffin-lim" else "the run's own (RUN/vocoder) if it has one, else griffin-lim"
+    return click.option("--vocoder", "vocoder_path", default=default, show_default=shown,
                         help="A neural vocoder directory (a `myxtts train-vocoder` run or a packed vocoder, e.g. "
                              "pretrained/vocoder-vocos-ljspeech) or griffin-lim. Its audio settings must be the "
                              "acoustic model's.")

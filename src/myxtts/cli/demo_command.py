@@ -46,7 +46,7 @@ def _batching_report(cfg) -> dict:
               help="Train again (from training.init_from if set, else from scratch) even if the workdir has a checkpoint.")
 @click.option("--listen-sentences", type=click.IntRange(min=0), default=TRAINING_SENTENCES, show_default=True,
               help="Training sentences synthesized and listened to next to their recordings (0: only --text).")
-@vocoder_option()
+@vocoder_option(default="griffin-lim")
 @clean_errors(ValueError, OSError)
 def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, steps: int | None, text: str,
                  fresh: bool, listen_sentences: int, vocoder_path: str) -> None:
@@ -55,7 +55,7 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     One function on purpose: the five stages read top to bottom in the order the README describes them, each a few
     calls; the work is in the helpers below."""
     from myxtts.data.prepare import prepare
-    from myxtts.vocoder.neural import load_vocoder
+    from myxtts.vocoder.neural import GRIFFIN_LIM, load_vocoder
 
     if steps is not None:
         overrides = (*overrides, f"training.max_steps={steps}")
@@ -83,6 +83,10 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     _stage("4/5 synthesize")
     from myxtts.synthesis import Synthesizer
     from myxtts.vocoder import write_wav
+    if vocoder_path != GRIFFIN_LIM:  # the run's own from now on: `synthesize --run RUN` speaks through it too
+        from myxtts.vocoder.packing import install_own_vocoder
+        install_own_vocoder(vocoder_path, run_dir)
+        vocoder_path = f"{vocoder_path} (installed as {RunDir(run_dir).own_vocoder})"
     # a short demo run's duration predictor may ask for more frames than the largest bucket: cut, not an error
     synthesizer = Synthesizer.from_run(run_dir, truncate_long=True, vocoder=vocoder)
     sentences = _sentences(cfg, "train", listen_sentences + 1)

@@ -11,18 +11,20 @@ from myxtts.cli.common import clean_errors, vocoder_option
 
 
 def _synthesizer(run_dir: str | None, checkpoint: str | None, config_path: str | None, batch_size: int,
-                 **decoding):
-    """The Synthesizer of a run or a checkpoint; ``decoding``: length_scale (see ``Synthesizer``)."""
+                 vocoder: str | None, **decoding):
+    """The Synthesizer of a run or a checkpoint with ``vocoder`` (None: the run's own, else Griffin-Lim);
+    ``decoding``: length_scale (see ``Synthesizer``)."""
     from myxtts.synthesis import RunError, Synthesizer
 
     if run_dir and checkpoint:
         raise RunError("Give either --run or --checkpoint (with --config), not both.")
     if run_dir:
-        return Synthesizer.from_run(run_dir, config=config_path, batch_size=batch_size, **decoding)
+        return Synthesizer.from_run(run_dir, config=config_path, batch_size=batch_size, vocoder=vocoder, **decoding)
     if checkpoint:
         if not config_path:
             raise RunError("--checkpoint needs --config (the run's config.yaml).")
-        return Synthesizer.from_checkpoint(checkpoint, config_path, batch_size=batch_size, **decoding)
+        return Synthesizer.from_checkpoint(checkpoint, config_path, batch_size=batch_size, vocoder=vocoder,
+                                           **decoding)
     raise RunError("Give --run RUN_DIR, or --checkpoint CKPT with --config CFG.")
 
 
@@ -71,7 +73,7 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
     """Text + a reference voice clip -> 16-bit WAV at the configured sample rate."""
     from myxtts.synthesis import write_numbered_wavs
     from myxtts.vocoder import write_wav
-    from myxtts.vocoder.neural import load_vocoder
+    from myxtts.vocoder.neural import vocoder_name
 
     if (out_path is None) == (out_dir is None):
         raise ValueError("Give exactly one of --out (one wav for the whole text, split where it must be) or "
@@ -80,9 +82,7 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
     missing = [reference for reference in references if not Path(reference).is_file()]
     if missing:
         raise ValueError(f"Reference clip not found: {', '.join(missing)}")
-    synthesizer = _synthesizer(run_dir, checkpoint, config_path, batch_size, length_scale=1.0 / speed)
-    synthesizer.vocoder = load_vocoder(vocoder_path, synthesizer.cfg.audio,
-                                       f"the acoustic model {run_dir or checkpoint}")
+    synthesizer = _synthesizer(run_dir, checkpoint, config_path, batch_size, vocoder_path, length_scale=1.0 / speed)
     documents = synthesizer.synthesize_long(texts, list(references))
     rate = synthesizer.sample_rate
     if out_path:
@@ -98,7 +98,7 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
         click.echo(f"wrote {path} ({seconds:.2f} s, {pieces}{sum(r.frames for r in document.results)} frames, "
                    f"ended by {', '.join(endings)}, RTF {compute / max(seconds, 1e-9):.3f})")
     click.echo(f"compiled decoder graphs: {synthesizer.tracing_count()} ({sorted(synthesizer.decoder.functions)}); "
-               f"vocoder: {vocoder_path}")
+               f"vocoder: {vocoder_name(synthesizer.vocoder, vocoder_path)}")
 
 
 @click.command("evaluate")
@@ -158,7 +158,8 @@ def export_command(run_dir, out_dir, config_path, force, vocoder_path) -> None:
 
     # --out may not be, hold or lie inside the run, so nothing is written into the run and no run lock is needed
     written = export_run(run_dir, out_dir, config=config_path, force=force, vocoder=vocoder_path)
-    click.echo(f"wrote SavedModel {written} (signatures: speaker_embedding, synthesize with the {vocoder_path} "
+    vocoder = json.loads((Path(written) / "assets" / "export.json").read_text(encoding="utf-8"))["vocoder"]
+    click.echo(f"wrote SavedModel {written} (signatures: speaker_embedding, synthesize with the {vocoder} "
                "vocoder; assets: vocab.json, mel_stats.json, export.json)")
 
 
@@ -224,20 +225,18 @@ def serve_command(run_dir, voice_specs, host, port, batch_size, small_batches, m
     from myxtts.synthesis import Synthesizer
     from myxtts.synthesis.server_limits import ServerLimits
     from myxtts.synthesis.serving import SpeechEngine, small_batch_sizes
+    from myxtts.vocoder.neural import vocoder_name
 
     limits = ServerLimits(max_body_bytes=max_body_bytes, header_timeout=header_timeout, body_timeout=body_timeout,
                           max_characters=max_characters,
                           max_pieces=max_pieces, max_requests_in_flight=max_requests_in_flight,
                           max_queued_pieces=max_queued_pieces, send_timeout=send_timeout)  # before the model loads
     voices = _voices(voice_specs)
-    from myxtts.vocoder.neural import load_vocoder
-
-    synthesizer = Synthesizer.from_run(run_dir, batch_size=batch_size)
-    synthesizer.vocoder = load_vocoder(vocoder_path, synthesizer.cfg.audio, f"the acoustic model {run_dir}")
+    synthesizer = Synthesizer.from_run(run_dir, batch_size=batch_size, vocoder=vocoder_path)
     engine = SpeechEngine(synthesizer, voices, batch_size=batch_size, limits=limits,
                           smaller_batch_sizes=small_batch_sizes(batch_size) if small_batches else ())
     click.echo(f"warm-up: {engine.compiles_at_warmup} compiled functions (batch sizes {engine.batch_sizes}) in "
-               f"{engine.warmup_seconds:.1f} s; voices "
+               f"{engine.warmup_seconds:.1f} s; vocoder {vocoder_name(synthesizer.vocoder, vocoder_path)}; voices "
                f"{sorted(voices)}; serving on http://{host}:{port} (POST /v1/audio/speech, GET /health)")
     try:
         serve(engine, host=host, port=port, shutdown_grace=shutdown_grace)
@@ -257,15 +256,22 @@ def serve_command(run_dir, voice_specs, host, port, batch_size, small_batches, m
 @click.option("--with-discriminators", is_flag=True,
               help="Of a vocoder run: keep the discriminators too, so `train-vocoder --init-from` fine-tunes against "
                    "trained ones (synthesis reads the generator alone).")
+@click.option("--vocoder", "vocoder_path", default=None,
+              show_default="the run's own (RUN/vocoder) if it has one",
+              help="Of an acoustic run: the vocoder packed with the model as its own (OUT/vocoder, the generator "
+                   "alone), which synthesize, serve, export and evaluate then use by default; griffin-lim: none.")
 @clean_errors(ValueError, OSError)
-def pack_command(run_dir: str, out_dir: str, force: bool, with_discriminators: bool) -> None:
+def pack_command(run_dir: str, out_dir: str, force: bool, with_discriminators: bool, vocoder_path: str | None) -> None:
     """A run's newest model, without optimizer state, as a folder to ship: synthesize --run and train --init-from
-    take it."""
+    take it (with its own vocoder, if it has one)."""
     from myxtts.synthesis.loading import pack_run
     from myxtts.run_dir import RunDir
-    from myxtts.vocoder.neural import pack_vocoder
+    from myxtts.vocoder.packing import pack_vocoder
 
     if RunDir(run_dir).vocoder_record.is_file():  # a `train-vocoder` run: its generator alone
+        if vocoder_path is not None:
+            raise click.UsageError(f"--vocoder is for an acoustic run; {run_dir} is a vocoder run (it has a "
+                                   "vocoder.json).")
         record = pack_vocoder(run_dir, out_dir, force=force, with_discriminators=with_discriminators)
         kept = "generator and discriminators" if with_discriminators else "generator"
         click.echo(f"packed vocoder step {record['step']}, {record['training_minutes']:.1f} training minutes "
@@ -275,10 +281,13 @@ def pack_command(run_dir: str, out_dir: str, force: bool, with_discriminators: b
     if with_discriminators:
         raise click.UsageError(f"--with-discriminators is for a vocoder run; {run_dir} is an acoustic run (no "
                                "vocoder.json).")
-    record = pack_run(run_dir, out_dir, force=force)
+    record = pack_run(run_dir, out_dir, force=force, vocoder=vocoder_path)
     minutes = "" if record["training_minutes"] is None else f", {record['training_minutes']:.1f} training minutes"
+    vocoder = record["vocoder"]
+    with_vocoder = f"; its own vocoder from {vocoder['source']}, step {vocoder['step']}, " \
+        f"{vocoder['bytes'] / 1e6:.1f} MB" if vocoder else ""
     click.echo(f"packed step {record['step']}{minutes} ({record['parameters']:,} parameters, "
-               f"{record['bytes'] / 1e6:.1f} MB of weights) into {out_dir}")
+               f"{record['bytes'] / 1e6:.1f} MB of weights{with_vocoder}) into {out_dir}")
 
 
 COMMANDS = [synthesize_command, evaluate_command, export_command, serve_command, pack_command]

@@ -155,12 +155,13 @@ def evaluate_run(run_dir: str | os.PathLike, data: str | os.PathLike | None = No
                  plots_dir: str | os.PathLike | None = None, synthesizer: Synthesizer | None = None,
                  vocoder: str | os.PathLike | None = None) -> dict[str, Any]:
     """The evaluation report (JSON-ready): summary means, per-clip items, run / machine description. ``vocoder``: a
-    neural vocoder directory for the audio (None or ``griffin-lim``: Griffin-Lim)."""
+    neural vocoder directory or ``griffin-lim`` for the audio; None: the run's own (``RUN/vocoder``) when it has
+    one, else Griffin-Lim (a given ``synthesizer`` keeps its own)."""
     from myxtts.vocoder.neural import load_vocoder
 
-    # an overlong prediction is a finding of the report (cut_at_maximum), not a reason to stop it
-    synthesizer = synthesizer or Synthesizer.from_run(run_dir, config=config, truncate_long=True)
-    if vocoder is not None:
+    if synthesizer is None:  # an overlong prediction is a finding of the report (cut_at_maximum), not a stop
+        synthesizer = Synthesizer.from_run(run_dir, config=config, truncate_long=True, vocoder=vocoder)
+    elif vocoder is not None:
         synthesizer.vocoder = load_vocoder(vocoder, synthesizer.cfg.audio, f"the acoustic model {run_dir}")
     entries, pool, source = corpus_entries(synthesizer.cfg, data)
     if limit is not None:

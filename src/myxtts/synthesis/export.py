@@ -117,21 +117,22 @@ class ExportedSynthesizer(tf.Module):
 def export_run(run_dir: str | Path, out_dir: str | Path, config: str | Path | None = None,
                force: bool = False, vocoder: str | Path | None = None) -> Path:
     """Write the SavedModel of a run's latest checkpoint to ``out_dir`` (see the module docstring); ``vocoder``: a
-    neural vocoder directory (None or ``griffin-lim``: Griffin-Lim), refused when it reads other mels than the run's.
+    neural vocoder directory or ``griffin-lim`` (None: the run's own, ``RUN/vocoder``, when it has one, else
+    Griffin-Lim), refused when it reads other mels than the run's.
 
     ``out_dir`` must be new, empty, or (``force``) an earlier export: never the run, a cache, nor a folder that holds
     or lies inside one of them (``output_folder.check_output_folder``, checked before anything is loaded). The export is
     written beside it and swapped in only once complete, so a failure leaves ``out_dir`` as it was."""
-    from myxtts.vocoder.neural import load_vocoder
-
     from myxtts.run_dir import checkpoint_step, latest_checkpoint, load_run_mel_stats
     from myxtts.synthesis.loading import load_model_from_run
     from myxtts.synthesis.output_folder import EXPORT, check_output_folder, write_staged
+    from myxtts.vocoder.neural import choose_vocoder, load_vocoder
 
     out_dir = Path(out_dir)
     check_output_folder(out_dir, run_dir, (EXPORT,), force, "export")
     checkpoint = latest_checkpoint(run_dir)  # resolved once: the weights and export.json name the same step
     cfg, model, vocabulary = load_model_from_run(run_dir, config, checkpoint=checkpoint)
+    vocoder = choose_vocoder(vocoder, run_dir)
     chosen = load_vocoder(vocoder, cfg.audio, f"the run {run_dir}")
     mel_stats = load_run_mel_stats(run_dir, cfg)
     module = ExportedSynthesizer(cfg, model, mel_stats, chosen)

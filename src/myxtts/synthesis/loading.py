@@ -13,7 +13,7 @@ from myxtts.data.mel_stats import MelStats
 from myxtts.model import TTSModel
 from myxtts.model.restore import restore_model
 from myxtts.run_dir import (RunDir, RunError, check_n_mels, checkpoint_step, find_mel_stats, find_vocabulary,
-                            latest_checkpoint, load_run_mel_stats)
+                            latest_checkpoint, load_run_mel_stats, relative_config_paths)
 from myxtts.text import Vocabulary
 
 __all__ = ["RunError", "latest_checkpoint", "load_model_from_checkpoint", "load_model_from_run", "pack_run",
@@ -68,24 +68,6 @@ def save_run(run_dir: str | Path, cfg: Config, model: TTSModel, vocabulary: Voca
     return manager.save(checkpoint_number=step)
 
 
-def relative_config_paths(config_path: Path) -> None:
-    """The config's paths inside the current folder (a repository) made relative to the config's own folder, so a
-    packed model works from any clone."""
-    import os
-
-    import yaml
-
-    raw = yaml.safe_load(config_path.read_text(encoding="utf-8"))
-    here = Path.cwd().resolve()
-    if not config_path.parent.resolve().is_relative_to(here):
-        return
-    for section, key in (("data", "corpus_path"), ("data", "cache_dir"), ("training", "init_from")):
-        value = raw.get(section, {}).get(key)
-        if value and Path(value).is_absolute() and Path(value).resolve().is_relative_to(here):
-            raw[section][key] = os.path.relpath(Path(value).resolve(), config_path.parent.resolve())
-    config_path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
-
-
 def _portable(path: Path) -> str:
     """A path inside the current folder (a repository) relative to it, so a shipped record names no machine."""
     import os
@@ -94,20 +76,28 @@ def _portable(path: Path) -> str:
     return os.path.relpath(resolved, Path.cwd()) if resolved.is_relative_to(Path.cwd().resolve()) else str(resolved)
 
 
-def pack_run(run_dir: str | Path, out_dir: str | Path, force: bool = False) -> dict:
+def pack_run(run_dir: str | Path, out_dir: str | Path, force: bool = False,
+             vocoder: str | Path | None = None) -> dict:
     """A run as a model to ship (``myxtts pack``): config, vocabulary, mel statistics, the corpus summary and the
     newest checkpoint's model weights only (no optimizer state: a third of the size), in the run-directory layout,
     so ``synthesize --run OUT`` and ``train --init-from OUT`` take it. Writes and returns ``OUT/model.json``.
 
     ``out_dir`` must be new, empty or (``force``) an earlier packed model, never the run, a cache, nor a folder that
     holds or lies inside one (``output_folder.check_output_folder``); the pack is written beside it and swapped in
-    only once complete, so a failure leaves ``out_dir`` as it was."""
+    only once complete, so a failure leaves ``out_dir`` as it was.
+
+    ``vocoder``: the packed model's own vocoder (``OUT/vocoder``): a vocoder directory, ``griffin-lim`` for none, or
+    None for the run's own if it has one (``vocoder.neural.choose_vocoder``)."""
     import shutil
 
     from myxtts.synthesis.output_folder import PACKED, check_output_folder, write_staged
+    from myxtts.vocoder.neural import GRIFFIN_LIM, choose_vocoder
+    from myxtts.vocoder.packing import check_vocoder_for, write_vocoder_pack
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     check_output_folder(out_dir, run_dir, PACKED, force, "pack")
+    own_vocoder = choose_vocoder(vocoder, run_dir)
+    own_vocoder = None if own_vocoder == GRIFFIN_LIM else own_vocoder
     checkpoint = latest_checkpoint(run_dir)  # resolved once: the weights, step and minutes all come from this prefix
     try:
         trained_seconds = float(tf.train.load_variable(checkpoint, "trained_seconds/.ATTRIBUTES/VARIABLE_VALUE"))
@@ -116,6 +106,8 @@ def pack_run(run_dir: str | Path, out_dir: str | Path, force: bool = False) -> d
     cfg, model, vocabulary = load_model_from_run(run_dir, checkpoint=checkpoint)
     mel_stats = load_run_mel_stats(run_dir, cfg)
     step = checkpoint_step(checkpoint) or 0
+    if own_vocoder is not None:
+        check_vocoder_for(own_vocoder, cfg, f"the run {run_dir}")  # refused before anything is written
 
     def write(staging: Path) -> dict:
         prefix = save_run(staging, cfg, model, vocabulary, mel_stats, step=step)
@@ -129,7 +121,11 @@ def pack_run(run_dir: str | Path, out_dir: str | Path, force: bool = False) -> d
                   "step": step, "training_minutes": None if trained_seconds is None else trained_seconds / 60.0,
                   "parameters": int(sum(int(np.prod(v.shape)) for v in model.trainable_weights)),
                   "decoder": cfg.model.decoder, "preset": cfg.model.preset,
-                  "bytes": packed.checkpoint_bytes()}
+                  "bytes": packed.checkpoint_bytes(), "vocoder": None}
+        if own_vocoder is not None:
+            vocoder_record = write_vocoder_pack(own_vocoder, packed.own_vocoder)
+            record["vocoder"] = {"source": _portable(Path(own_vocoder)), "family": vocoder_record["family"],
+                                 "step": vocoder_record["step"], "bytes": vocoder_record["bytes"]}
         packed.write_json(packed.model_record, record)
         return record
 

@@ -107,7 +107,9 @@ def check_output_folder(out: str | Path, source: str | Path, replaceable: tuple[
                                 f"{' or '.join(replaceable)} it wrote, even with --force. {advice}")
     if not any(out_abs.iterdir()):
         return  # an empty folder: written like a new one
-    inside, searched_all = _myxtts_folder_inside(out_abs)
+    # a packed model's own vocoder (``RUN/vocoder``) is part of it, replaced with it
+    own_vocoder = out_abs / RunDir.OWN_VOCODER if kind == PACKED_MODEL else None
+    inside, searched_all = _myxtts_folder_inside(out_abs, skip=own_vocoder)
     if inside is not None:
         raise OutputFolderError(f"--out {out_path} contains {inside[1]}, {inside[0]}: `myxtts {command}` never "
                                 f"replaces a folder holding one, even with --force. {advice}")
@@ -123,12 +125,16 @@ def check_output_folder(out: str | Path, source: str | Path, replaceable: tuple[
                                 "removed only once the new one is complete) or choose another --out.")
 
 
-def _myxtts_folder_inside(folder: Path) -> tuple[tuple[Path, str] | None, bool]:
+def _myxtts_folder_inside(folder: Path, skip: Path | None = None) -> tuple[tuple[Path, str] | None, bool]:
     """(the first run, cache, packed model or export strictly below ``folder``, and its kind) or None; and whether
-    the search covered every folder (it stops after MAX_FOLDERS_SEARCHED; symbolic links are not followed)."""
+    the search covered every folder (it stops after MAX_FOLDERS_SEARCHED; symbolic links are not followed). The
+    packed vocoder at ``skip`` (a packed model's own) is passed over and not searched."""
     seen = 0
     for root, dirs, _ in os.walk(folder):
         dirs.sort()
+        if skip is not None and Path(root) / skip.name == skip and skip.name in dirs \
+                and folder_kind(skip) == PACKED_VOCODER:
+            dirs.remove(skip.name)
         for name in list(dirs):
             seen += 1
             if seen > MAX_FOLDERS_SEARCHED:

@@ -107,17 +107,24 @@ class Synthesizer:
     # ---- construction ---------------------------------------------------------------------------
     @classmethod
     def from_run(cls, run_dir: str | os.PathLike, config: str | os.PathLike | None = None,
-                 **kwargs) -> "Synthesizer":
+                 vocoder: Vocoder | str | os.PathLike | None = None, **kwargs) -> "Synthesizer":
+        """``vocoder``: a ``Vocoder``, a vocoder directory or ``griffin-lim``; None: the run's own
+        (``RUN/vocoder``) when it has one, else Griffin-Lim. A vocoder reading other mels is refused."""
         cfg, model, vocabulary = load_model_from_run(run_dir, config)
-        synthesizer = cls(cfg, model, vocabulary, mel_stats=load_run_mel_stats(run_dir, cfg), **kwargs)
+        vocoder = _load_vocoder(vocoder, run_dir, cfg, f"the acoustic model {run_dir}")
+        synthesizer = cls(cfg, model, vocabulary, vocoder, mel_stats=load_run_mel_stats(run_dir, cfg), **kwargs)
         synthesizer.checkpoint = latest_checkpoint(run_dir)
         return synthesizer
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: str | os.PathLike, config: str | os.PathLike, **kwargs) -> "Synthesizer":
+    def from_checkpoint(cls, checkpoint: str | os.PathLike, config: str | os.PathLike,
+                        vocoder: Vocoder | str | os.PathLike | None = None, **kwargs) -> "Synthesizer":
+        """``vocoder``: as ``from_run``'s, None meaning Griffin-Lim (a checkpoint has no run's own vocoder)."""
         cfg, model, vocabulary = load_model_from_checkpoint(checkpoint, config)
+        vocoder = _load_vocoder(vocoder, None, cfg, f"the acoustic model {checkpoint}")
         folder = Path(checkpoint) if Path(checkpoint).is_dir() else Path(checkpoint).parent
-        synthesizer = cls(cfg, model, vocabulary, mel_stats=find_mel_stats(cfg, folder, folder.parent), **kwargs)
+        synthesizer = cls(cfg, model, vocabulary, vocoder, mel_stats=find_mel_stats(cfg, folder, folder.parent),
+                          **kwargs)
         synthesizer.checkpoint = str(checkpoint)
         return synthesizer
 
@@ -340,3 +347,13 @@ def write_numbered_wavs(waveforms: Sequence[np.ndarray], out_dir: str | os.PathL
     width = max(3, len(str(len(waveforms))))
     return [write_wav(Path(out_dir) / f"{index + 1:0{width}d}.wav", waveform, sample_rate)
             for index, waveform in enumerate(waveforms)]
+
+
+def _load_vocoder(vocoder: Vocoder | str | os.PathLike | None, run_dir: str | os.PathLike | None, cfg: Config,
+                  acoustic_name: str) -> Vocoder:
+    """A given ``Vocoder`` as it is; a directory, ``griffin-lim`` or None (the run's own, else Griffin-Lim) loaded."""
+    from myxtts.vocoder.neural import choose_vocoder, load_vocoder
+
+    if isinstance(vocoder, Vocoder):
+        return vocoder
+    return load_vocoder(choose_vocoder(vocoder, run_dir), cfg.audio, acoustic_name)

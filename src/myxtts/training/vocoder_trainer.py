@@ -326,7 +326,27 @@ def format_vocoder_summary(summary: dict[str, Any]) -> str:
 
 
 def train_vocoder(cfg: Config, workdir: str | Path, resume: bool = False, **options: Any) -> dict[str, Any]:
-    """Train a vocoder; return (and print) the summary. See ``VocoderTrainer`` for the options."""
-    return VocoderTrainer(cfg, workdir, resume, **options).run()
+    """Train a vocoder; return (and print) the summary. See ``VocoderTrainer`` for the options. Given an
+    ``acoustic_run``, a training that ends by its steps or minutes (not by a signal) makes the vocoder that run's
+    own (``RUN/vocoder``, ``vocoder.packing``): what synthesis of the run uses when no vocoder is named."""
+    from myxtts.locks import DirectoryBusyError
+    from myxtts.vocoder.packing import install_own_vocoder
+
+    trainer = VocoderTrainer(cfg, workdir, resume, **options)
+    summary = trainer.run()
+    summary["installed_in"] = None
+    if trainer.acoustic_run is None or summary["interrupted_by"]:
+        return summary
+    try:
+        record = install_own_vocoder(workdir, trainer.acoustic_run)
+    except DirectoryBusyError as err:  # the vocoder is trained and kept: only its installation waits
+        trainer.echo(f"warning: not installed as {trainer.acoustic_run}'s own vocoder ({err}). Pass --vocoder "
+                     f"{workdir} to synthesize, or run this command again with --resume once it is free.")
+        return summary
+    summary["installed_in"] = str(RunDir(trainer.acoustic_run).own_vocoder)
+    trainer.echo(f"installed step {record['step']} as {trainer.acoustic_run}'s own vocoder "
+                 f"({summary['installed_in']}): synthesize, serve, export and evaluate --run {trainer.acoustic_run} "
+                 "use it unless given another --vocoder")
+    return summary
 
 

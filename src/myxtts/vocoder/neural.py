@@ -68,38 +68,26 @@ def save_vocoder(directory: str | Path, cfg: Any, generator: Any, trained_on: st
     return directory
 
 
-def pack_vocoder(run_dir: str | Path, out_dir: str | Path, force: bool = False,
-                 with_discriminators: bool = False) -> dict[str, Any]:
-    """A vocoder run's newest generator, without optimizers (and without discriminators unless
-    ``with_discriminators``: what ``train-vocoder --init-from`` fine-tunes from), as a folder to ship. ``out_dir``
-    follows ``pack_run``'s rule: new, empty or (``force``) an earlier pack, replaced only once the new one is
-    complete; never the run, a cache, nor a folder that holds or lies inside one."""
-    from myxtts.synthesis.loading import relative_config_paths
-    from myxtts.synthesis.output_folder import PACKED, check_output_folder, write_staged
-    from myxtts.vocoder.discriminators import build_discriminators
-    from myxtts.vocoder.generators import build_generator
+def own_vocoder(run_dir: str | Path) -> Path | None:
+    """An acoustic run's (or packed model's) own vocoder, ``RUN/vocoder`` (``myxtts.vocoder.packing``), or None."""
+    folder = RunDir(run_dir).own_vocoder
+    return folder if folder.is_dir() else None
 
-    check_output_folder(Path(out_dir), run_dir, PACKED, force, "pack")
-    cfg, record = read_vocoder_dir(run_dir)
-    checkpoint = newest_checkpoint(Path(run_dir))  # resolved once: the weights, step and minutes come from it
-    generator = build_generator(cfg)
-    discriminators = build_discriminators(cfg) if with_discriminators else None
-    objects = {"generator": generator, **({"discriminators": discriminators} if with_discriminators else {})}
-    tf.train.Checkpoint(**objects).restore(checkpoint).expect_partial().assert_existing_objects_matched()
-    step = int(checkpoint.rsplit("-", 1)[1])
-    minutes = float(tf.train.load_variable(checkpoint, "trained_seconds/.ATTRIBUTES/VARIABLE_VALUE")) / 60.0
 
-    def write(staging: Path) -> dict[str, Any]:
-        save_vocoder(staging, cfg, generator, record.get("trained_on", ""), step, discriminators)
-        run = RunDir(staging)
-        relative_config_paths(run.config)  # a sibling of out_dir: the same relative paths
-        packed = {**json.loads(run.vocoder_record.read_text(encoding="utf-8")), "step": step,
-                  "training_minutes": round(minutes, 1), "source_checkpoint": Path(checkpoint).name,
-                  "discriminators": with_discriminators, "bytes": run.checkpoint_bytes()}
-        run.write_json(run.vocoder_record, packed)
-        return packed
+def choose_vocoder(choice: str | Path | None, run_dir: str | Path | None) -> str:
+    """The vocoder an acoustic run is heard through: ``choice`` when given (a vocoder directory or ``griffin-lim``),
+    else the run's own (``RUN/vocoder``) when it has one, else ``griffin-lim``."""
+    if choice is not None:
+        return str(choice)
+    own = own_vocoder(run_dir) if run_dir is not None else None
+    return str(own) if own is not None else GRIFFIN_LIM
 
-    return write_staged(out_dir, write)
+
+def vocoder_name(vocoder: Vocoder, choice: str | Path | None = None) -> str:
+    """What a command says it spoke through: a neural vocoder's directory (``choice`` None: the run's own, said so)
+    or ``griffin-lim``."""
+    path = getattr(vocoder, "path", "")
+    return (f"{path} (the run's own)" if choice is None else path) if path else GRIFFIN_LIM
 
 
 def read_vocoder_dir(path: str | Path) -> tuple[Any, dict[str, Any]]:
