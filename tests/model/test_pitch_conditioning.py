@@ -86,17 +86,20 @@ def test_adding_pitch_to_a_model_starts_from_it_and_then_learns(prepared_cache):
     batch = {key: value[:3] for key, value in batch.items()}  # three real clips of unequal lengths
     signature = {key: tf.TensorSpec(value.shape, value.dtype) for key, value in batch.items()}
     train_step = compiled_train_step(model, cfg, signature)
-    before = float(compute_losses(batch, model(batch), cfg)["pitch"])
+    # the pitch loss, compiled: eagerly, the alignment search steps frame by frame in Python
+    pitch_loss = tf.function(lambda inputs: compute_losses(inputs, model(inputs), cfg)["pitch"],
+                             input_signature=[signature], autograph=False)
+    before = float(pitch_loss(batch))
     during = []  # the whole model trains: the encodings the predictor reads and the alignment's targets move too
     for step in range(20):
         assert np.isfinite(float(train_step(batch, tf.constant([0, step], tf.int64))))
         if step + 1 in (10, 15, 20):
-            during.append(float(compute_losses(batch, model(batch), cfg)["pitch"]))
+            during.append(float(pitch_loss(batch)))
     assert min(during) < 0.7 * before  # an untrained predictor says 0: its loss stays near the targets' mean square
     assert np.abs(model.pitch_embedding.conv.kernel.numpy()).max() > 0
     assert train_step.experimental_get_tracing_count() == 1
     # the other way, the trained pitch modules are left out and named; the rest is the trained model's
-    back = copy_weights(build_model(plain_cfg, len(vocabulary)), model, vocabulary, vocabulary)
+    back = copy_weights(plain, model, vocabulary, vocabulary)  # plain is not read again: no third model built
     assert back.copied == len(plain.weights) and not back.fresh and sorted(back.dropped) == sorted(fresh)
 
 

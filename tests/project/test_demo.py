@@ -30,7 +30,7 @@ def test_demo_prepares_trains_synthesizes_and_summarizes(tmp_path: Path) -> None
               "--set", "training.log_every=1"]
     run_dir = tmp_path / "run"
 
-    result = CliRunner().invoke(main, ["demo", "--config", str(config), "--workdir", str(run_dir), "--steps", "6",
+    result = CliRunner().invoke(main, ["demo", "--config", str(config), "--workdir", str(run_dir), "--steps", "3",
                                        "--listen-sentences", "1", *shrink], catch_exceptions=False)
 
     assert result.exit_code == 0, result.output
@@ -68,11 +68,11 @@ def test_demo_prepares_trains_synthesizes_and_summarizes(tmp_path: Path) -> None
     griffin_lim_samples = samples
 
     # a second run resumes from the checkpoint instead of refusing the non-empty workdir
-    # (at its step budget already: nothing to train, so nothing is compiled for training; a short --text: after 6
+    # (at its step budget already: nothing to train, so nothing is compiled for training; a short --text: after 3
     # steps the README sentence comes out as 10 s of audio for pocketsphinx, and this run is about the resume), and
     # speaks through the shipped neural vocoder as scripts/demo.sh does: its --vocoder first, the user's after it wins
     shipped = str(REPO / "pretrained" / "vocoder-vocos-ljspeech")
-    again = CliRunner().invoke(main, ["demo", "--config", str(config), "--workdir", str(run_dir), "--steps", "6",
+    again = CliRunner().invoke(main, ["demo", "--config", str(config), "--workdir", str(run_dir), "--steps", "3",
                                       "--vocoder", "griffin-lim", "--listen-sentences", "0", "--text", "A modern art.",
                                       *shrink, "--vocoder", shipped], catch_exceptions=False)
     assert again.exit_code == 0, again.output

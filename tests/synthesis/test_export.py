@@ -174,6 +174,44 @@ def test_exported_model_runs_with_tensorflow_alone_and_matches_synthesize(run_fi
     assert "speed must be > 0" in answer["bad_speed"]
 
 
+def test_installing_a_runs_own_vocoder_waits_for_its_writer_and_replaces_the_earlier_one_whole(
+        parallel_run, neural_vocoder, tmp_path):
+    """``install_own_vocoder`` (what ``train-vocoder --acoustic-run`` ends with): refused while another process
+    writes the run and for a vocoder of other mels, the run untouched each time; a second install replaces the first
+    whole, and synthesis then speaks through it unasked."""
+    import shutil
+
+    from myxtts.locks import DirectoryBusyError, lock_run_directory
+    from myxtts.synthesis import Synthesizer
+    from myxtts.vocoder.neural import VocoderMismatchError
+    from myxtts.vocoder.packing import install_own_vocoder
+
+    run = tmp_path / "run"
+    shutil.copytree(parallel_run, run)
+    before = _digest(run)
+    lock = lock_run_directory(run)  # a training writing the run
+    with pytest.raises(DirectoryBusyError, match="is being written by another process"):
+        install_own_vocoder(neural_vocoder, run)
+    lock.release()
+    assert not (run / "vocoder").exists()
+    other = tmp_path / "other-mels"
+    shutil.copytree(neural_vocoder, other)
+    record = json.loads((other / "vocoder.json").read_text())
+    record["audio"]["hop_length"] = 128
+    (other / "vocoder.json").write_text(json.dumps(record))
+    with pytest.raises(VocoderMismatchError, match="audio.hop_length: vocoder 128, acoustic model 256"):
+        install_own_vocoder(other, run)
+    assert _digest(run) == {**before, "run.lock": b""} and not (run / "vocoder").exists()
+
+    first = install_own_vocoder(neural_vocoder, run)
+    (run / "vocoder" / "note.txt").write_text("the first install's")
+    second = install_own_vocoder(neural_vocoder, run)
+    assert first["step"] == second["step"] == 0 and not (run / "vocoder" / "note.txt").exists()
+    assert sorted(p.name for p in run.iterdir()) == sorted([*{Path(k).parts[0] for k in before}, "run.lock",
+                                                            "vocoder"])  # no staging folder left
+    assert Synthesizer.from_run(run).vocoder.path == str(run / "vocoder")
+
+
 def test_export_errors_are_clear(parallel_run, tmp_path):
     import shutil
 

@@ -44,13 +44,15 @@ mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 assert mirrored.num_replicas_in_sync == 2
 for config in sys.argv[1].split(os.pathsep):  # each decoder's config, one strategy (one process start)
     cfg = load_config(config)
+    eager = load_config(config, ["training.enable_graph_mode=false"])  # the single device's reference: same code
     models = []
     for strategy in (tf.distribute.get_strategy(), mirrored):
         with strategy.scope():
             model = build_model(cfg, 40)
             if models:
                 model.set_weights(models[0][0].get_weights())
-            steps = TrainingSteps(model, keras.optimizers.SGD(0.05), cfg, strategy, keras.optimizers.SGD(0.05))
+            steps = TrainingSteps(model, keras.optimizers.SGD(0.05), cfg if strategy is mirrored else eager, strategy,
+                                  keras.optimizers.SGD(0.05))
             if models and steps.discriminator is not None:
                 steps.discriminator.set_weights(models[0][1].discriminator.get_weights())
         steps.build([batch_spec(4, 10, 24, 16)], lambda f, name: f, validate_buckets=[])  # the update only
