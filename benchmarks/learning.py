@@ -145,7 +145,8 @@ def measure_point(args, summary: dict, run_dir: Path, budget: float, wall_starte
     # what training.max_minutes counts: loop time of every chunk, without warm-up, validation or saving
     trained = float(tf.train.load_variable(summary["checkpoint"], "trained_seconds/.ATTRIBUTES/VARIABLE_VALUE"))
     # a briefly trained duration predictor may overrun the largest bucket: cut there and counted in ended_by
-    synthesizer = Synthesizer.from_run(run_dir, length_scale=args.length_scale, truncate_long=True)
+    synthesizer = Synthesizer.from_run(run_dir, length_scale=args.length_scale, truncate_long=True,
+                                       vocoder=None if args.vocoder == "own" else args.vocoder)
     return {"step": summary["steps"], "training_minutes": trained / 60.0, "budget_minutes": budget,
             "stopped": summary["stopped"], "warmup_seconds": summary["warmup_seconds"],
             "wall_minutes": (time.perf_counter() - wall_started) / 60.0, "loss": summary["loss_last"],
@@ -191,6 +192,9 @@ def parse_args() -> argparse.Namespace:
                              "bundled corpus: 4 of its 32 clips)")
     parser.add_argument("--train-sentences", type=int, default=8, help="training sentences also evaluated (0: none)")
     parser.add_argument("--length-scale", type=float, default=1.0, help="duration multiplier at synthesis")
+    parser.add_argument("--vocoder", default="griffin-lim",
+                        help="what the listening hears the runs through: griffin-lim (as every figure before), a "
+                             "vocoder directory, or 'own' (the run's own: a warm start from the base inherits its)")
     parser.add_argument("--voice-texts", type=int, default=3, help="held-out texts per voice for speaker match")
     parser.add_argument("--espeak-sentences", type=int, default=1000, help="the issue asks >= 1,000")
     parser.add_argument("--voices", type=int, default=4)

@@ -53,6 +53,8 @@ def main() -> None:
     parser.add_argument("--seen", action="store_true", help="also 4 of the base's training voices, for comparison")
     parser.add_argument("--workdir", default=str(REPO / "cache" / "zero-shot"), help="rendered clips (reused)")
     parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--vocoder", default="griffin-lim",
+                        help="griffin-lim (as every figure before), a vocoder directory, or 'own' (the run's own)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
@@ -77,7 +79,8 @@ def main() -> None:
     clips_needed = per_voice * max(len(v) for v in groups.values())
     if len(sentences) - args.texts < clips_needed:
         sys.exit(f"Error: {len(sentences)} sentences cannot give {clips_needed} clips and {args.texts} texts.")
-    synthesizer = Synthesizer.from_run(args.run, batch_size=args.batch_size, truncate_long=True)
+    synthesizer = Synthesizer.from_run(args.run, batch_size=args.batch_size, truncate_long=True,
+                                       vocoder=None if args.vocoder == "own" else args.vocoder)
     rate = synthesizer.sample_rate
     report = {"run": args.run, "machine": machine(), "texts": texts, "references": args.references,
               "centroid_clips": args.centroid_clips, "groups": {}}

@@ -64,7 +64,12 @@ def test_demo_prepares_trains_synthesizes_and_summarizes(tmp_path: Path) -> None
     plot = Path(listened["sentences"][0]["plot"])
     assert plot.is_file() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    assert "vocoder:                    griffin-lim" in out and not (run_dir / "vocoder").exists()
+    assert "vocoder:                    griffin-lim" in out  # the demo's own default
+    # the warm start gave the run the base's own vocoder (the shipped one): what `synthesize --run` uses unasked
+    inherited = json.loads((run_dir / "init_from.json").read_text(encoding="utf-8"))["vocoder"]
+    assert Path(inherited) == REPO / "pretrained" / "base-espeak-tiny" / "vocoder"
+    assert json.loads((run_dir / "vocoder" / "vocoder.json").read_text())["step"] == \
+        json.loads((REPO / "pretrained" / "vocoder-vocos-ljspeech" / "vocoder.json").read_text())["step"]
     griffin_lim_samples = samples
 
     # a second run resumes from the checkpoint instead of refusing the non-empty workdir

@@ -253,15 +253,30 @@ def warm_start(cfg: Config, model: Any, vocabulary: Any, languages: list[str], w
               "mel_stats": cfg.training.init_mel_stats}
     if not record:
         return result
+    result["vocoder"] = _inherit_vocoder(source, cfg, workdir)
     RunDir(workdir).write_json(RunDir(workdir).init_from, result)
     echo(f"warm start: {copied} variables from {source.checkpoint}" + (f" (step {step})" if step is not None else "")
          + (f"; fresh embedding rows for {len(new_symbols)} new symbol(s): {' '.join(new_symbols)}"
             if new_symbols else "") + (f"; {len(fresh)} new variable(s) of the pitch modules start fresh" if fresh else "")
          + (f"; the source's pitch modules ({len(dropped)} variables) left out: model.pitch_conditioning is off"
-            if dropped else ""))
+            if dropped else "")
+         + (f"; its own vocoder too ({RunDir(workdir).own_vocoder})" if result["vocoder"] else ""))
     if new_symbols:
         logger.info("Warm start: symbols new to the source (fresh rows): %s", new_symbols)
     return result
+
+
+def _inherit_vocoder(source: Source, cfg: Config, workdir: Path) -> str | None:
+    """The source's own vocoder (``SOURCE/vocoder``: the shipped base's is the shipped vocoder) made the new run's,
+    unless the run has one already: a model fine-tuned from it reads the mels it was made for. Returns where it came
+    from, or None. The trainer holds the run's lock."""
+    from myxtts.vocoder.packing import install_own_vocoder
+
+    own = next((RunDir(folder).own_vocoder for folder in source.folders if RunDir(folder).own_vocoder.is_dir()), None)
+    if own is None or RunDir(workdir).own_vocoder.exists():
+        return None
+    install_own_vocoder(own, workdir, acoustic_cfg=cfg, lock=False)
+    return str(own)
 
 
 def freeze_modules(model: Any, names: tuple[str, ...]) -> list[str]:

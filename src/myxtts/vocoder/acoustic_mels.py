@@ -37,7 +37,7 @@ def write_acoustic_mels(cfg: Any, acoustic_run: str | Path, out_dir: Path, progr
     from myxtts.vocoder.neural import check_audio_match, audio_settings
 
     cache = FeatureCache.load(cfg)
-    synthesizer = Synthesizer.from_run(acoustic_run)
+    synthesizer = Synthesizer.from_run(acoustic_run, vocoder="griffin-lim")  # its mels alone: no vocoder loaded
     check_audio_match(f"this config's cache {cache.cache_dir}", audio_settings(cfg.audio),
                       f"the acoustic run {acoustic_run}", synthesizer.cfg.audio)
     source = {"run": str(Path(acoustic_run).resolve()), "checkpoint": synthesizer.checkpoint,

@@ -5,8 +5,9 @@
 - An acoustic run, or a packed model, may hold **its own vocoder** in ``RUN/vocoder/``: a packed vocoder that reads
   the run's mels. ``synthesize``, ``serve``, ``export`` and ``evaluate`` use it when no ``--vocoder`` is given, and
   Griffin-Lim when the run has none (``neural.choose_vocoder``). ``train-vocoder --acoustic-run RUN`` installs there
-  the vocoder it fine-tuned on the run's mels once its training ends (``install_own_vocoder``); ``pack`` carries a
-  run's own vocoder into the packed model, or the one given to ``pack --vocoder``.
+  the vocoder it fine-tuned on the run's mels once its training ends (``install_own_vocoder``); a warm start
+  (``train --init-from SOURCE``) gives the new run SOURCE's own vocoder; ``pack`` carries a run's own vocoder into
+  the packed model, or the one given to ``pack --vocoder``.
 """
 
 from __future__ import annotations
@@ -69,21 +70,24 @@ def check_vocoder_for(vocoder: str | Path, acoustic_cfg: Any, acoustic_name: str
     check_audio_match(vocoder, record["audio"], acoustic_name, acoustic_cfg.audio)
 
 
-def install_own_vocoder(source: str | Path, acoustic_run: str | Path) -> dict[str, Any]:
+def install_own_vocoder(source: str | Path, acoustic_run: str | Path, acoustic_cfg: Any = None,
+                        lock: bool = True) -> dict[str, Any]:
     """Make ``source`` (a vocoder run or a packed vocoder) ``acoustic_run``'s own vocoder: its generator packed into
     ``RUN/vocoder``, replacing an earlier one only once complete. Refused (VocoderMismatchError) when it reads other
-    mels than the run makes; a training run is locked meanwhile (DirectoryBusyError while another process writes
-    it). Returns the packed ``vocoder.json``."""
+    mels than the run makes (``acoustic_cfg``, else the run's ``config.yaml``); with ``lock``, a training run is
+    locked meanwhile (DirectoryBusyError while another process writes it; ``lock=False`` for the writer itself).
+    Returns the packed ``vocoder.json``."""
     from myxtts.config import load_config
     from myxtts.locks import lock_run_directory
     from myxtts.synthesis.output_folder import RUN, folder_kind, write_staged
 
     run = RunDir(acoustic_run)
-    check_vocoder_for(source, load_config(run.config), f"the acoustic model {acoustic_run}")
+    acoustic_cfg = acoustic_cfg if acoustic_cfg is not None else load_config(run.config)
+    check_vocoder_for(source, acoustic_cfg, f"the acoustic model {acoustic_run}")
     # a packed model has no writer to exclude, and a lock file would make it look like a training run
-    lock = lock_run_directory(acoustic_run) if folder_kind(run.path) == RUN else None
+    held = lock_run_directory(acoustic_run) if lock and folder_kind(run.path) == RUN else None
     try:
         return write_staged(run.own_vocoder, lambda staging: write_vocoder_pack(source, staging))
     finally:
-        if lock is not None:
-            lock.release()
+        if held is not None:
+            held.release()
