@@ -203,7 +203,13 @@ def test_installing_a_runs_own_vocoder_waits_for_its_writer_and_replaces_the_ear
         install_own_vocoder(other, run)
     assert _digest(run) == {**before, "run.lock": b""} and not (run / "vocoder").exists()
 
+    # a linked own vocoder (as the shipped base's) is replaced as a link: the folder it names is left untouched
+    linked = tmp_path / "linked-vocoder"
+    shutil.copytree(neural_vocoder, linked)
+    linked_before = _digest(linked)
+    (run / "vocoder").symlink_to(linked, target_is_directory=True)
     first = install_own_vocoder(neural_vocoder, run)
+    assert not (run / "vocoder").is_symlink() and _digest(linked) == linked_before
     (run / "vocoder" / "note.txt").write_text("the first install's")
     second = install_own_vocoder(neural_vocoder, run)
     assert first["step"] == second["step"] == 0 and not (run / "vocoder" / "note.txt").exists()

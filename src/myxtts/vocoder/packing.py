@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +87,16 @@ def install_own_vocoder(source: str | Path, acoustic_run: str | Path, acoustic_c
     check_vocoder_for(source, acoustic_cfg, f"the acoustic model {acoustic_run}")
     # a packed model has no writer to exclude, and a lock file would make it look like a training run
     held = lock_run_directory(acoustic_run) if lock and folder_kind(run.path) == RUN else None
+    # a link (the shipped base's links to the shipped vocoder) is replaced itself, never the folder it names
+    link = os.readlink(run.own_vocoder) if run.own_vocoder.is_symlink() else None
     try:
+        if link is not None:
+            run.own_vocoder.unlink()
         return write_staged(run.own_vocoder, lambda staging: write_vocoder_pack(source, staging))
+    except BaseException:
+        if link is not None and not os.path.lexists(run.own_vocoder):
+            os.symlink(link, run.own_vocoder)  # a failed install leaves the run as it was
+        raise
     finally:
         if held is not None:
             held.release()
