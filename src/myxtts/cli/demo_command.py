@@ -46,22 +46,24 @@ def _batching_report(cfg) -> dict:
               help="Train again (from training.init_from if set, else from scratch) even if the workdir has a checkpoint.")
 @click.option("--listen-sentences", type=click.IntRange(min=0), default=TRAINING_SENTENCES, show_default=True,
               help="Training sentences synthesized and listened to next to their recordings (0: only --text).")
-@vocoder_option(default="griffin-lim")
+@vocoder_option()
 @clean_errors(ValueError, OSError)
 def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, steps: int | None, text: str,
-                 fresh: bool, listen_sentences: int, vocoder_path: str) -> None:
+                 fresh: bool, listen_sentences: int, vocoder_path: str | None) -> None:
     """Prepare the corpus, train briefly, synthesize a wav and print the diagnostics summary.
 
     One function on purpose: the five stages read top to bottom in the order the README describes them, each a few
     calls; the work is in the helpers below."""
     from myxtts.data.prepare import prepare
-    from myxtts.vocoder.neural import GRIFFIN_LIM, load_vocoder
+    from myxtts.vocoder.neural import GRIFFIN_LIM, load_vocoder, vocoder_name
 
     if steps is not None:
         overrides = (*overrides, f"training.max_steps={steps}")
     cfg = load(config_path, overrides)
     run_dir = Path(workdir).resolve()
-    vocoder = load_vocoder(vocoder_path, cfg.audio, f"the config {config_path}")  # refused now, not after training
+    # a named vocoder is read now, so a mismatched one is refused before training, not after; None: the run's own,
+    # which the warm start from the shipped base gives it (the shipped vocoder), else Griffin-Lim
+    vocoder = None if vocoder_path is None else load_vocoder(vocoder_path, cfg.audio, f"the config {config_path}")
 
     _stage("1/5 prepare the corpus")
     result = prepare(cfg, progress=True, echo=click.echo)
@@ -83,12 +85,14 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     _stage("4/5 synthesize")
     from myxtts.synthesis import Synthesizer
     from myxtts.vocoder import write_wav
-    if vocoder_path != GRIFFIN_LIM:  # the run's own from now on: `synthesize --run RUN` speaks through it too
+    said_vocoder = None
+    if vocoder_path not in (None, GRIFFIN_LIM):  # the run's own from now on: `synthesize --run RUN` uses it too
         from myxtts.vocoder.packing import install_own_vocoder
         install_own_vocoder(vocoder_path, run_dir)
-        vocoder_path = f"{vocoder_path} (installed as {RunDir(run_dir).own_vocoder})"
+        said_vocoder = f"{vocoder_path} (installed as {RunDir(run_dir).own_vocoder})"
     # a short demo run's duration predictor may ask for more frames than the largest bucket: cut, not an error
     synthesizer = Synthesizer.from_run(run_dir, truncate_long=True, vocoder=vocoder)
+    said_vocoder = said_vocoder or vocoder_name(synthesizer.vocoder, vocoder_path)
     sentences = _sentences(cfg, "train", listen_sentences + 1)
     # the reference voice: a training clip that is not one of the sentences listened to
     reference = sentences.pop()[1] if sentences else None
@@ -99,7 +103,7 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     write_wav(wav_path, waveform, cfg.audio.sample_rate)
     click.echo(f"text: {text!r}")
     click.echo(f"reference: {reference}")
-    click.echo(f"vocoder: {vocoder_path}")
+    click.echo(f"vocoder: {said_vocoder}")
     click.echo(f"wrote {wav_path} ({len(waveform) / cfg.audio.sample_rate:.2f} s)")
     held_out = _sentences(cfg, "validation", 1)  # never trained on
     check = _listen(cfg, synthesizer, text, sentences + held_out, reference, run_dir)
@@ -125,7 +129,7 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
         "CER of a held-out sentence: not measured (no validation clip, or no recognizer)",
         _similarity_line(cfg, check.waveforms, [path for _, path in sentences] + [reference]),
         f"alignment plot:             {check.sentences[0].plot}",
-        f"vocoder:                    {vocoder_path}",
+        f"vocoder:                    {said_vocoder}",
         f"wav:                        {wav_path}",
         f"TensorBoard:                tensorboard --logdir {RunDir(run_dir).tensorboard}",
     ]
