@@ -43,8 +43,9 @@ from myxtts.training.steps import TrainingSteps
 mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 assert mirrored.num_replicas_in_sync == 2
 for config in sys.argv[1].split(os.pathsep):  # each decoder's config, one strategy (one process start)
-    cfg = load_config(config)
-    eager = load_config(config, ["training.enable_graph_mode=false"])  # the single device's reference: same code
+    cfg = load_config(config, ["training.ema_decay=0.5"])  # with a weight average: updated on every replica
+    # the single device's reference: the same code, eagerly
+    eager = load_config(config, ["training.enable_graph_mode=false", "training.ema_decay=0.5"])
     models = []
     for strategy in (tf.distribute.get_strategy(), mirrored):
         with strategy.scope():
@@ -76,6 +77,11 @@ for config in sys.argv[1].split(os.pathsep):  # each decoder's config, one strat
     deltas = [np.concatenate([(v.numpy() - s).ravel() for v, s in zip(variables, start)]) for variables in owned]
     np.testing.assert_allclose(deltas[1], deltas[0], atol=1e-6 + 1e-4 * np.abs(deltas[0]).max())
     assert abs(float(outs[0]["total"]) - float(outs[1]["total"])) < 1e-4
+    # the weight average after one update: half the start, half the new weights, in every replica's copy
+    for model, steps in models:
+        for average, weight, first in zip(steps.weight_average.averages, model.trainable_variables, start, strict=False):
+            for copy in steps.strategy.experimental_local_results(average):
+                np.testing.assert_allclose(copy.numpy(), 0.5 * first + 0.5 * weight.numpy(), rtol=1e-5, atol=1e-7)
     print("MIRRORED_OK", cfg.model.decoder, "mel discriminator" if models[0][1].discriminator else "")
 """
 

@@ -54,8 +54,10 @@ def test_init_from_copies_weights_fresh_optimizer_frozen_modules_stay_resume_exa
     from click.testing import CliRunner
 
     from myxtts.cli import main
+    from myxtts.model import build_model
     from myxtts.synthesis.loading import load_model_from_run
     from myxtts.training import run
+    from myxtts.training.checkpoint import WorkdirError
 
     source_dir = tmp_path / "source"  # a copy: deleted before the resume below
     shutil.copytree(source_run, source_dir, ignore=shutil.ignore_patterns("run.lock"))
@@ -66,7 +68,8 @@ def test_init_from_copies_weights_fresh_optimizer_frozen_modules_stay_resume_exa
     before = _digest(source_dir)
     _, source_model, _ = load_model_from_run(source_dir)
     source = _weights(source_model)
-    settings = {"freeze": ["text_encoder", "aligner"], "deterministic": True, "checkpoint_every": 2}
+    # with a weight average (training.ema_decay): loading the run reads the average, and it resumes exactly too
+    settings = {"freeze": ["text_encoder", "aligner"], "deterministic": True, "checkpoint_every": 2, "ema_decay": 0.5}
     config = write_config(_config(prepared_cache, training=settings), tmp_path / "finetune.yaml")
     result = CliRunner().invoke(main, ["train", "--config", str(config), "--workdir", str(tmp_path / "run"),
                                        "--init-from", str(source_dir), "--no-progress"],
@@ -82,7 +85,7 @@ def test_init_from_copies_weights_fresh_optimizer_frozen_modules_stay_resume_exa
     assert record["frozen"] == ["text_encoder", "aligner"] and record["new_symbols"] == []
     assert record["variables"] == len(source) and record["mel_stats"] == "source"
     assert json.loads((tmp_path / "run" / "mel_stats.json").read_text()) == stats
-    _, tuned_model, _ = load_model_from_run(tmp_path / "run")
+    tuned_config, tuned_model, vocabulary = load_model_from_run(tmp_path / "run")
     tuned = _weights(tuned_model)
     frozen = [k for k in tuned if k.startswith(("text_encoder/", "aligner/"))]
     moving = [k for k in tuned if k.startswith(("decoder/", "postnet/", "duration_predictor/"))
@@ -94,9 +97,23 @@ def test_init_from_copies_weights_fresh_optimizer_frozen_modules_stay_resume_exa
     near = [k for k in moving if np.abs(tuned[k] - source[k]).max() < 0.05]  # ... 4 small steps away
     assert len(near) == len(moving)
     # the optimizer only holds slots of the trainable variables
-    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints")))
+    latest = tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints"))
+    reader = tf.train.load_checkpoint(latest)
     assert not [name for name in reader.get_variable_to_shape_map() if name.startswith("optimizer/")
                 and "text_encoder" in name]
+    # the average of every trainable weight (none of the frozen modules') sits beside the weights, and is what the
+    # run is loaded with; the weights themselves (what a resume trains on) are 4 steps further from the source
+    averages = {name.split("/")[2].replace(":", "/").split("/", 1)[1]: reader.get_tensor(name)
+                for name in reader.get_variable_to_shape_map() if name.startswith("weight_average/by_path/")}
+    assert set(averages) == {k for k in tuned if not k.startswith(("text_encoder/", "aligner/"))
+                             and "seed_generator" not in k}
+    assert all(np.array_equal(tuned[k], averages[k]) for k in averages)
+    trained = build_model(tuned_config, len(vocabulary))
+    tf.train.Checkpoint(model=trained).restore(latest).expect_partial()
+    trained = _weights(trained)
+    assert all(np.array_equal(trained[k], source[k]) for k in frozen)
+    steps_away = [np.abs(trained[k] - source[k]).max() - np.abs(tuned[k] - source[k]).max() for k in moved]
+    assert np.mean(np.array(steps_away) > 0) > 0.9  # the average lags behind the weights it averages
     assert _digest(source_dir) == before  # the source run is only read
 
     # the same run resumed from its step-2 checkpoint (a copy of the run, as if stopped there): the resume
@@ -116,6 +133,10 @@ def test_init_from_copies_weights_fresh_optimizer_frozen_modules_stay_resume_exa
     resumed = _weights(load_model_from_run(tmp_path / "halves")[1])
     assert resumed.keys() == tuned.keys()
     assert all(np.array_equal(tuned[k], resumed[k]) for k in tuned)
+    # a resume that would drop the average (or start one midway) is refused, naming the key
+    with pytest.raises(WorkdirError, match="weight average.*training.ema_decay: 0.0"):
+        run(_config(prepared_cache, training={**settings, "ema_decay": 0.0}), tmp_path / "halves", resume=True,
+            progress=False, echo=lambda _: None)
 
 
 def test_a_grown_symbol_set_gets_fresh_rows_for_the_new_symbols_only(prepared_cache, source_run, tmp_path):

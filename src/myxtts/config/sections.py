@@ -164,6 +164,9 @@ class TrainingConfig:
     init_mel_stats: Literal["source", "corpus"] = "source"
     # model modules kept fixed (excluded from the optimizer): any of MODEL_MODULES
     freeze: tuple[str, ...] = ()
+    # > 0: an exponential moving average of the trainable weights, updated after every applied update and read by
+    # everything that loads the trained model (model/weight_average.py); 0: none
+    ema_decay: float = 0.0
 
 
 @dataclass(frozen=True)

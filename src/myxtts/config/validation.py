@@ -147,6 +147,9 @@ def _check_training_keys(cfg: Config) -> None:
                          f"{', '.join(MODEL_MODULES)}.")
     if len(set(t.freeze)) != len(t.freeze):
         raise ValueError(f"Config key 'training.freeze' names a module twice: {list(t.freeze)}.")
+    if not 0.0 <= t.ema_decay < 1.0:
+        raise ValueError(f"Config key 'training.ema_decay' must be in [0, 1) (0: no weight average; e.g. 0.995 "
+                         f"averages over about the last 200 updates), got {t.ema_decay}.")
     if set(t.freeze) == set(MODEL_MODULES):
         raise ValueError("Config key 'training.freeze' names every module of the model: nothing would train.")
     if t.enable_eager_debug and t.enable_xla_compilation:

@@ -1,8 +1,10 @@
 """Build a model and load a checkpoint's weights into it, checking first that the checkpoint holds that model.
 
-The checkpoint holds the model under the key ``model`` (``tf.train.Checkpoint(model=model, ...)``); everything else
-in it (optimizer, step counters, the data iterator) is ignored here. Which decoder a checkpoint holds is read from
-its object graph, so a mismatch is a clear error before any weight is read.
+The checkpoint holds the model under the key ``model`` (``tf.train.Checkpoint(model=model, ...)``) and, from a run
+trained with ``training.ema_decay``, the average of its weights under ``weight_average``, which is what the model is
+loaded with (model/weight_average.py); everything else in it (optimizer, step counters, the data iterator) is ignored
+here. Which decoder a checkpoint holds is read from its object graph, so a mismatch is a clear error before any
+weight is read.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import tensorflow as tf
 from myxtts.config import Config
 from myxtts.model.build import build_model
 from myxtts.model.tts import TTSModel
+from myxtts.model.weight_average import load_average_into
 from myxtts.run_dir import RunError
 
 # a checkpoint of the first autoregressive design (free cross-attention over the text, a stop token, no aligner)
@@ -89,4 +92,5 @@ def restore_model(cfg: Config, vocabulary: Any, checkpoint: str | Path) -> TTSMo
     except AssertionError as err:
         raise RunError(f"Checkpoint {checkpoint} does not match the model of this config (model.* keys or "
                        f"vocabulary size differ?): {str(err)[:300]}") from None
+    load_average_into(model, checkpoint)  # a run trained with training.ema_decay is used through its average
     return model

@@ -6,7 +6,8 @@ checkpoint named and loadable. ``restore_latest`` additionally falls back to old
 the newest is unreadable (e.g. half-written by a killed process on a filesystem without atomic rename).
 
 ``check_resumable`` refuses to resume a checkpoint this config's model cannot restore into (another decoder, pitch
-conditioning switched on or off, or the mel discriminator newly on), raising ``WorkdirError``.
+conditioning switched on or off, the mel discriminator newly on, a weight average switched on or off), raising
+``WorkdirError``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def check_resumable(directory: Path, latest: str, cfg: Any, adversarial: bool, w
     another decoder, pitch conditioning switched on or off, or the mel discriminator on (``adversarial``) where the run
     trained without one."""
     from myxtts.model.restore import checkpoint_decoder_type, checkpoint_has_pitch, decoder_mismatch
+    from myxtts.model.weight_average import CHECKPOINT_KEY as AVERAGE_KEY
 
     problem = decoder_mismatch(f"{directory} (checkpoint {latest})", checkpoint_decoder_type(latest), cfg.model.decoder)
     if problem:
@@ -45,6 +47,12 @@ def check_resumable(directory: Path, latest: str, cfg: Any, adversarial: bool, w
             f"with the run's config.yaml, or start a new run from this one with --init-from {workdir} (a warm start "
             "adds or drops the pitch modules).")
     names = [name for name, _ in tf.train.list_variables(latest)]
+    has_average = any(name.startswith(f"{AVERAGE_KEY}/") for name in names)
+    if has_average != (cfg.training.ema_decay > 0):
+        raise WorkdirError(
+            f"{directory} (checkpoint {latest}) was trained {'with' if has_average else 'without'} a weight average, "
+            f"but this config sets 'training.ema_decay: {cfg.training.ema_decay}'. Resume with the run's config.yaml, "
+            f"or start a new run from this one with --init-from {workdir}.")
     if adversarial and not any(name.startswith("mel_discriminator/") for name in names):
         raise WorkdirError(
             f"{directory} (checkpoint {latest}) was trained without the mel discriminator, but this config sets "

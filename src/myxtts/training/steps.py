@@ -38,6 +38,7 @@ from myxtts.config import Config
 from myxtts.model import TTSModel, add_normalizers, compute_losses, loss_normalizers
 from myxtts.model.losses import NORMALIZER_KEYS
 from myxtts.model.mel_discriminator import ADVERSARIAL_LOSS_KEYS, MelDiscriminator, adversarial_losses
+from myxtts.model.weight_average import CHECKPOINT_KEY as AVERAGE_KEY, WeightAverage
 from myxtts.training import warmup
 from myxtts.training.distribute import replica_slice
 from myxtts.training.schedule import make_optimizer
@@ -90,6 +91,8 @@ class TrainingSteps:
             self.accumulators = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False,
                                              name=f"accumulator_{i}") for i, v in enumerate(self.variables)] \
                 if self.accumulation > 1 else []
+            # training.ema_decay > 0: the average of the weights, updated after each applied update (model/weight_average.py)
+            self.weight_average = WeightAverage(self.model_variables, t.ema_decay) if t.ema_decay > 0 else None
             # the cycle's losses so far (each micro-batch adds its share of the global batch's loss)
             self.loss_accumulators = {key: tf.Variable(0.0, trainable=False, name=f"loss_accumulator_{key}")
                                       for key in self.loss_keys} if self.accumulation > 1 else {}
@@ -120,6 +123,8 @@ class TrainingSteps:
         if self.adversarial:
             objects.update(mel_discriminator=self.discriminator,
                            mel_discriminator_optimizer=self.discriminator_optimizer)
+        if self.weight_average is not None:
+            objects[AVERAGE_KEY] = self.weight_average.trackable
         return objects
 
     @property
@@ -185,6 +190,8 @@ class TrainingSteps:
         """The optimizer updates if ``apply_now`` (a ``tf.cond`` in cross-replica context); whether they ran."""
         def apply() -> tf.Tensor:
             self.strategy.run(self._replica_apply, args=(grads,))
+            if self.weight_average is not None:  # after the update (automatic control dependencies keep the order)
+                self.weight_average.update()
             return tf.constant(True)
 
         return tf.cond(apply_now, apply, lambda: tf.constant(False))
@@ -352,6 +359,8 @@ class TrainingSteps:
                       self.nonfinite_total, *self.loss_accumulators.values(), *self.accumulators]
         if self.adversarial:
             candidates += [*self.discriminator.variables, *self.discriminator_optimizer.variables]
+        if self.weight_average is not None:
+            candidates += self.weight_average.averages
         return list({id(variable): variable for variable in candidates}.values())  # first occurrence order
 
     def snapshot_state(self) -> list:

@@ -133,6 +133,8 @@ class Trainer(StagedRun):
         if self.cfg.init_from is not None and self.restored_from is None:  # a resumed run has its own weights
             self.init_from = warm_start(self.cfg, self.model, self.vocabulary, self.languages, self.workdir,
                                         self.echo, record=self.chief)
+        if self.steps.weight_average is not None and self.restored_from is None:
+            self.steps.weight_average.reset()  # the average starts at the weights the run starts from
         # only once the run directory has accepted this config: a refused resume or start keeps the run's own files
         if self.chief:
             from myxtts.data.cache import corpus_summary
