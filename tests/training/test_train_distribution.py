@@ -79,7 +79,8 @@ for config in sys.argv[1].split(os.pathsep):  # each decoder's config, one strat
     assert abs(float(outs[0]["total"]) - float(outs[1]["total"])) < 1e-4
     # the weight average after one update: half the start, half the new weights, in every replica's copy
     for model, steps in models:
-        for average, weight, first in zip(steps.weight_average.averages, model.trainable_variables, start, strict=False):
+        averages = steps.weight_average.averages  # the model's variables: the first of `start`
+        for average, weight, first in zip(averages, model.trainable_variables, start, strict=False):
             for copy in steps.strategy.experimental_local_results(average):
                 np.testing.assert_allclose(copy.numpy(), 0.5 * first + 0.5 * weight.numpy(), rtol=1e-5, atol=1e-7)
     print("MIRRORED_OK", cfg.model.decoder, "mel discriminator" if models[0][1].discriminator else "")

@@ -76,6 +76,7 @@ def test_init_from_copies_weights_fresh_optimizer_frozen_modules_stay_resume_exa
                                 standalone_mode=False, catch_exceptions=False)
     summary = result.return_value
     assert "warm start:" in result.output and summary["init_from"].endswith("ckpt-6")
+    assert "weight average: decay 0.5" in result.output and summary["weight_average_decay"] == 0.5
     # step 0 and a fresh optimizer: 4 steps of its own, the first logged step is 1
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["split"] == "train"][0] == 1

@@ -14,7 +14,6 @@ from myxtts.model.weight_average import WeightAverage
 
 def test_the_average_follows_each_update_in_a_compiled_function_and_resets_to_the_weights():
     weights = [keras.Variable([1.0, -2.0], name="a"), keras.Variable([[4.0]], name="b")]  # as a model's are
-
     average = WeightAverage(weights, decay=0.75)
     update = tf.function(average.update, autograph=False)
     history = []

@@ -227,5 +227,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"    ({summary['input_wait_note']}; raw share {100 * summary['input_wait_share_raw']:.1f}%)")
     if summary.get("validation_loss") is not None:
         lines.append(f"  validation loss: {summary['validation_loss']:.4f}")
+    if summary.get("weight_average_decay"):
+        lines.append(f"  weight average: decay {summary['weight_average_decay']:g}, checkpointed; synthesis, export, "
+                     "pack and warm starts read it (validation read the weights)")
     lines.append(f"  run dir: {summary['run_dir']}")
     return "\n".join(lines)

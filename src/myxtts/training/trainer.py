@@ -380,7 +380,7 @@ class Trainer(StagedRun):
             "input_wait_note": loop.timer.correction_note, "seconds": elapsed,
             "resumed_from": self.restored_from, "run_dir": str(self.workdir),
             "init_from": self.init_from["checkpoint"] if self.init_from else None, "frozen_variables": len(self.frozen),
-            "checkpoint": self.checkpoints.latest,
+            "checkpoint": self.checkpoints.latest, "weight_average_decay": self.cfg.training.ema_decay,
         }
 
 
