@@ -19,6 +19,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from myxtts.run_dir import RunError
+
 CHECKPOINT_KEY = "weight_average"
 
 
@@ -64,19 +66,32 @@ class WeightAverage:
                                                                                average.dtype))
 
 
+def _saved_keys(checkpoint: str | Path) -> set[str]:
+    """The weight keys of a checkpoint's average (empty: it has none)."""
+    prefix = f"{CHECKPOINT_KEY}/by_path/"
+    return {name[len(prefix):].split("/", 1)[0] for name, _ in tf.train.list_variables(str(checkpoint))
+            if name.startswith(prefix)}
+
+
 def checkpoint_has_average(checkpoint: str | Path) -> bool:
     """Whether a checkpoint (a prefix) holds a weight average."""
-    return any(name.startswith(f"{CHECKPOINT_KEY}/") for name, _ in tf.train.list_variables(str(checkpoint)))
+    return bool(_saved_keys(checkpoint))
 
 
 def load_average_into(model: Any, checkpoint: str | Path) -> int:
     """Overwrite ``model``'s weights with the checkpoint's average of them, where it has one; returns how many weights
     it held (0: no average, the model keeps the weights it has). Weights the average does not hold (a module frozen
-    while training, which kept its weights) stay as restored from ``model``."""
-    if not checkpoint_has_average(checkpoint):
+    while training, which kept its weights) stay as restored from ``model``. An average holding a weight this model
+    does not have is a RunError: half-averaged weights are never used silently."""
+    saved = _saved_keys(checkpoint)
+    if not saved:
         return 0
-    saved = {name.split("/")[2] for name, _ in tf.train.list_variables(str(checkpoint))
-             if name.startswith(f"{CHECKPOINT_KEY}/by_path/")}
     held = {_key(variable.path): variable for variable in model.variables if _key(variable.path) in saved}
-    tf.train.Checkpoint(**{CHECKPOINT_KEY: _ByPath(held)}).restore(str(checkpoint)).expect_partial()
+    if len(held) != len(saved):
+        missing = sorted(saved - set(held))
+        raise RunError(f"Checkpoint {checkpoint} holds a weight average (training.ema_decay) of {len(saved)} weights, "
+                       f"{len(missing)} of which this config's model does not have (e.g. "
+                       f"{missing[0].replace(':', '/')}); load it with the run's own config.yaml.")
+    status = tf.train.Checkpoint(**{CHECKPOINT_KEY: _ByPath(held)}).restore(str(checkpoint)).expect_partial()
+    status.assert_existing_objects_matched()
     return len(held)

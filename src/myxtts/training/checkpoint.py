@@ -34,7 +34,7 @@ def check_resumable(directory: Path, latest: str, cfg: Any, adversarial: bool, w
     another decoder, pitch conditioning switched on or off, or the mel discriminator on (``adversarial``) where the run
     trained without one."""
     from myxtts.model.restore import checkpoint_decoder_type, checkpoint_has_pitch, decoder_mismatch
-    from myxtts.model.weight_average import CHECKPOINT_KEY as AVERAGE_KEY
+    from myxtts.model.weight_average import checkpoint_has_average
 
     problem = decoder_mismatch(f"{directory} (checkpoint {latest})", checkpoint_decoder_type(latest), cfg.model.decoder)
     if problem:
@@ -47,7 +47,7 @@ def check_resumable(directory: Path, latest: str, cfg: Any, adversarial: bool, w
             f"with the run's config.yaml, or start a new run from this one with --init-from {workdir} (a warm start "
             "adds or drops the pitch modules).")
     names = [name for name, _ in tf.train.list_variables(latest)]
-    has_average = any(name.startswith(f"{AVERAGE_KEY}/") for name in names)
+    has_average = checkpoint_has_average(latest)
     if has_average != (cfg.training.ema_decay > 0):
         raise WorkdirError(
             f"{directory} (checkpoint {latest}) was trained {'with' if has_average else 'without'} a weight average, "
