@@ -229,6 +229,6 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"  validation loss: {summary['validation_loss']:.4f}")
     if summary.get("weight_average_decay"):
         lines.append(f"  weight average: decay {summary['weight_average_decay']:g}, checkpointed; synthesis, export, "
-                     "pack and warm starts read it (validation read the weights)")
+                     "pack and warm starts read it (validation reads the weights)")
     lines.append(f"  run dir: {summary['run_dir']}")
     return "\n".join(lines)

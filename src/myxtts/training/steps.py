@@ -91,7 +91,7 @@ class TrainingSteps:
             self.accumulators = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False,
                                              name=f"accumulator_{i}") for i, v in enumerate(self.variables)] \
                 if self.accumulation > 1 else []
-            # training.ema_decay > 0: the average of the weights, updated after each applied update (model/weight_average.py)
+            # training.ema_decay > 0: the weights' average, updated after each applied update (model/weight_average.py)
             self.weight_average = WeightAverage(self.model_variables, t.ema_decay) if t.ema_decay > 0 else None
             # the cycle's losses so far (each micro-batch adds its share of the global batch's loss)
             self.loss_accumulators = {key: tf.Variable(0.0, trainable=False, name=f"loss_accumulator_{key}")
