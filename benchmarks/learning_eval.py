@@ -42,10 +42,10 @@ def evaluation_sets(cfg, train_count: int):
 def held_out_sets(cfg, full_corpus: Path, held_ids: list[str], train_count: int):
     """``evaluation_sets`` when the training folder holds only the training clips (``--train-clips``): the held-out
     clips (``held_ids``) and the reference pool come from the full corpus."""
-    from myxtts.data.corpus import read_corpus
+    from myxtts.data.corpus import read_config_corpus, read_corpus
 
     pool = read_corpus(full_corpus, "ljspeech", cfg.data.language).entries
-    trained = {e.id for e in read_corpus(cfg.corpus_path, cfg.data.corpus_format, cfg.data.language).entries}
+    trained = {e.id for e in read_config_corpus(cfg).entries}
     held = set(held_ids)
     training = [e for e in pool if e.id in trained][:train_count]
     return training, [e for e in pool if e.id in held], pool, f"{len(held)} clips of {full_corpus} not in training"

@@ -245,4 +245,8 @@ def relative_config_paths(config_path: Path) -> None:
         value = raw.get(section, {}).get(key)
         if value and Path(value).is_absolute() and Path(value).resolve().is_relative_to(here):
             raw[section][key] = os.path.relpath(Path(value).resolve(), config_path.parent.resolve())
+    for corpus in (raw.get("data") or {}).get("corpora") or []:
+        value = corpus.get("path")
+        if value and Path(value).is_absolute() and Path(value).resolve().is_relative_to(here):
+            corpus["path"] = os.path.relpath(Path(value).resolve(), config_path.parent.resolve())
     config_path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")

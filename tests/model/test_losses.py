@@ -118,7 +118,8 @@ def test_mel_delta_measures_smoothing_that_the_l1_loss_misses():
         output = np.stack([output, output]).astype(np.float32)
         output[1, 70:] = -30.0
         batch = {"mel": tf.constant(target), "mel_lengths": tf.constant(lengths)}
-        count = {"mel_elements": tf.constant(float(lengths.sum() * target.shape[2]))}
+        elements = tf.constant(float(lengths.sum() * target.shape[2]))
+        count = {"mel_elements": elements, "scored_mel_elements": elements}
         losses = _mel_losses(batch, {"mel_before": output, "mel_after": output}, count)
         return float(losses["mel_delta"]), float(losses["mel_l1_after"])
 

@@ -125,6 +125,7 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
             if train_summary.get("loss_first") is not None else "no step this run (resumed at training.max_steps)"),
         _alignment_line(synthesizer, check),
         _cer_line(check, len(held_out)),
+        _wer_line(check, len(held_out)),
         f"CER of a held-out sentence: {held_out_cer:.2f} (never trained on)" if held_out_cer is not None else
         "CER of a held-out sentence: not measured (no validation clip, or no recognizer)",
         _similarity_line(cfg, check.waveforms, [path for _, path in sentences] + [reference]),
@@ -139,11 +140,11 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
 def _sentences(cfg, split: str, count: int) -> list[tuple[str, Path]]:
     """(text, wav path) of the first ``count`` utterances of a split of the prepared corpus (sorted ids)."""
     from myxtts.data.cache import read_manifest
-    from myxtts.data.corpus import read_corpus
+    from myxtts.data.corpus import read_config_corpus
 
     manifest = read_manifest(cfg.cache_dir) or {}
     ids = set(manifest.get("splits", {}).get(split, []))
-    entries = [e for e in read_corpus(cfg.corpus_path, cfg.data.corpus_format, cfg.data.language).entries
+    entries = [e for e in read_config_corpus(cfg).entries
                if e.id in ids]
     return [(e.text, Path(e.audio_path)) for e in sorted(entries, key=lambda e: e.id)[:count]]
 
@@ -163,6 +164,8 @@ def _listen(cfg, synthesizer, text: str, sentences: list[tuple[str, Path]], refe
     check = check_speech(synthesizer, texts, reference, recordings, plot_dir=plot_dir)
     for item in check.sentences:
         heard = f" | heard: {item.heard!r} (CER {item.cer:.2f})" if item.heard is not None else ""
+        heard += f" | Whisper: {item.whisper_heard!r} (WER {item.whisper_wer:.2f})" \
+            if item.whisper_heard is not None else ""
         click.echo(f"- {item.text[:60]!r}: {item.seconds:.1f} s, {item.frames_per_token:.1f} frames per token{heard}")
     RunDir(run_dir).listening_record.write_text(json.dumps(check.to_dict(), indent=2), encoding="utf-8")
     return check
@@ -198,6 +201,15 @@ def _cer_line(check, held_out: int = 0) -> str:
     training = [s.cer for s in check.sentences[1:len(check.sentences) - held_out] if s.cer is not None]
     trained = f", training sentences {np.mean(training):.2f}" if training else ""
     return f"CER (pocketsphinx):         all {check.cer:.2f}{trained}{ceiling}"
+
+
+def _wer_line(check, held_out: int = 0) -> str:
+    if check.whisper_wer is None:
+        return "WER (Whisper):              not measured (install the `judge` extra: faster-whisper)"
+    ceiling = f"; their recordings {check.recording_whisper_wer:.2f}" if check.recording_whisper_wer is not None else ""
+    last = check.sentences[-1].whisper_wer if held_out else None
+    unseen = f", held-out sentence {last:.2f}" if last is not None else ""
+    return f"WER (Whisper):              all {check.whisper_wer:.2f}{unseen}{ceiling}"
 
 
 COMMANDS = [demo_command]

@@ -25,6 +25,8 @@ def _closest(name: str, options: list[str]) -> str:
 def _check_value(path: str, value: Any, annotation: Any) -> Any:
     """Check (and lightly coerce: int -> float) one value against its annotation."""
     origin = typing.get_origin(annotation)
+    if dataclasses.is_dataclass(annotation):  # a nested record (data.corpora items): its keys checked like a section's
+        return _build_section(path, annotation, value)
     if origin is Literal:
         choices = typing.get_args(annotation)
         if value not in choices:
@@ -66,6 +68,11 @@ def _build_section(name: str, cls: type, raw: Any) -> Any:
         raise ValueError(f"Config section '{name}' must be a mapping, got {type(raw).__name__}.")
     hints = typing.get_type_hints(cls)
     valid = [f.name for f in dataclasses.fields(cls)]
+    required = [f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [key for key in required if key not in raw]
+    if missing:
+        raise ValueError(f"Config key '{name}.{missing[0]}' is required.")
     kwargs = {}
     for key, value in raw.items():
         path = f"{name}.{key}"
@@ -153,6 +160,8 @@ def save_config(cfg: Config, path: str | os.PathLike) -> None:
     data = cfg.to_dict()
     data["data"]["corpus_path"] = str(cfg.corpus_path)
     data["data"]["cache_dir"] = str(cfg.cache_dir)
+    for corpus in data["data"]["corpora"]:
+        corpus["path"] = str(cfg.resolve(corpus["path"]))
     if cfg.init_from is not None:
         data["training"]["init_from"] = str(cfg.init_from)
     Path(path).write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")

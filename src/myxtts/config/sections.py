@@ -17,12 +17,36 @@ AUTOTUNE = -1  # value for num_workers / prefetch_buffer_size meaning "let tf.da
 MODEL_MODULES = ("text_encoder", "conditioning_encoder", "aligner", "duration_predictor", "decoder", "postnet")
 
 
+CorpusFormat = Literal["ljspeech", "list", "vctk", "libritts", "librispeech", "commonvoice"]
+
+
+@dataclass(frozen=True)
+class CorpusSource:
+    """One corpus of a multi-corpus run (an item of ``data.corpora``)."""
+
+    path: str  # as data.corpus_path: a folder, or a list file (list); relative to the config file
+    format: CorpusFormat = "list"
+    # its share of the training utterances drawn (weights are normalised over the corpora); 1 each: equal shares
+    weight: float = 1.0
+    name: str = ""  # prefix of its ids and speakers ("NAME/id", "NAME:speaker"); "": the folder's / file's name
+    language: str = ""  # "": data.language
+    # speakers kept out of training and validation (the manifest's "held_out" split: zero-shot development voices),
+    # chosen deterministically: among speakers with >= 4 clips, the fewest clips first, then the longest audio
+    held_out_speakers: int = 0
+    # commonvoice only: a clip needs at least this many up-votes and at most this many down-votes of its reviewers
+    min_up_votes: int = 2
+    max_down_votes: int = 0
+
+
 @dataclass(frozen=True)
 class DataConfig:
     """Corpus, cache and input pipeline."""
 
     corpus_path: str = "data/ljspeech-bundled"  # folder (ljspeech, vctk, libritts) or list file (list); relative to the config file
-    corpus_format: Literal["ljspeech", "list", "vctk", "libritts"] = "ljspeech"
+    corpus_format: CorpusFormat = "ljspeech"
+    # several corpora in one cache (CorpusSource items; then corpus_path / corpus_format stay unset): ids and speakers
+    # are prefixed by each corpus' name, and training draws from each corpus by its weight
+    corpora: tuple[CorpusSource, ...] = ()
     cache_dir: str = "cache/ljspeech-bundled"  # prepared features; relative to the config file
     language: str = "en"  # language of entries that name none: picks the cleaner / espeak voice; cached as a language id
     min_duration: float = 0.5  # seconds; shorter clips are rejected at prepare
@@ -39,6 +63,10 @@ class DataConfig:
     bucket_multiple: int = 8  # bucket boundaries are multiples of this (>= reduction factor)
     min_batch_size: int = 1  # buckets: a bucket never gets fewer items per batch than this
     reference_frames: int = 256  # fixed length of the voice-conditioning reference mel (~3 s at 22050 Hz / hop 256)
+    # a speaker with one clip: "skip" leaves the clip out of training; "slice" trains on it with a crop of the clip
+    # itself as the reference (at most reference_frames, at most half the clip) whose frames the mel losses do not
+    # score (XTTS's masked prompt), so the model cannot score by copying it. Validation always uses other clips.
+    single_clip_policy: Literal["skip", "slice"] = "skip"
     shuffle_buffer_size: int = 65536  # row indices (4 bytes each); >= utterances: a full uniform shuffle, else a
     # sliding window over a seeded permutation of the split (every window spans all speakers)
     seed: int = 1234
@@ -256,6 +284,8 @@ class Config:
             "audio": dataclasses.asdict(self.audio),
             "text": dataclasses.asdict(self.text),
             "corpus": [str(self.corpus_path), d.corpus_format, d.language],
+            **({"corpora": [[str(self.resolve(c.path)), c.format, c.name, c.language, c.held_out_speakers,
+                             c.min_up_votes, c.max_down_votes] for c in d.corpora]} if d.corpora else {}),
             "filters": [d.min_duration, d.max_duration, d.silence_threshold_db],
             "format_version": 2,
         }
@@ -265,6 +295,11 @@ class Config:
 
     def replace(self, **sections: Any) -> "Config":
         return dataclasses.replace(self, **sections)
+
+
+def default_corpus_name(path: Path) -> str:
+    """A corpus' default name: its folder's name (a list file's folder, when the file is ``list.txt`` or similar)."""
+    return path.parent.name if path.suffix else path.name
 
 
 # Keys of the original codebase that would do nothing here: rejected, naming the replacement.

@@ -55,6 +55,7 @@ def _check_data_keys(cfg: Config) -> None:
     if d.service_address and not re.fullmatch(r"(grpc://)?[\w.\-\[\]:]+:\d+", d.service_address):
         raise ValueError(f"Config key 'data.service_address' must look like grpc://HOST:PORT (a tf.data service "
                          f"dispatcher), got {d.service_address!r}.")
+    _check_corpora(cfg)
     if d.min_duration >= d.max_duration:
         raise ValueError(f"Config key 'data.min_duration' ({d.min_duration}) must be below "
                          f"'data.max_duration' ({d.max_duration}).")
@@ -69,6 +70,41 @@ def _check_data_keys(cfg: Config) -> None:
                          f"'model.reduction_factor' ({m.reduction_factor}).")
     if d.pad_to_fixed_length and d.batch_size * d.max_mel_frames <= 0:
         raise ValueError("Config key 'data.batch_size' must be > 0 with data.pad_to_fixed_length.")
+
+
+def _check_corpora(cfg: Config) -> None:
+    from myxtts.config.sections import CorpusSource, DataConfig, default_corpus_name
+
+    d, defaults = cfg.data, DataConfig()
+    if not d.corpora:
+        return
+    for key in ("corpus_path", "corpus_format"):
+        if getattr(d, key) != getattr(defaults, key):
+            raise ValueError(f"Config keys 'data.{key}' and 'data.corpora' are both set: list every corpus in "
+                             f"data.corpora (path, format, weight) and remove 'data.{key}'.")
+    names = [c.name or default_corpus_name(cfg.resolve(c.path)) for c in d.corpora]
+    record = CorpusSource(path="")
+    for index, corpus in enumerate(d.corpora):
+        where = f"data.corpora[{index}]"
+        if not corpus.path:
+            raise ValueError(f"Config key '{where}.path' must name the corpus folder or list file.")
+        if not 0.0 < corpus.weight < float("inf"):
+            raise ValueError(f"Config key '{where}.weight' must be a number > 0, got {corpus.weight}.")
+        if corpus.held_out_speakers < 0:
+            raise ValueError(f"Config key '{where}.held_out_speakers' must be >= 0, got {corpus.held_out_speakers}.")
+        if not re.fullmatch(r"[\w.\-]+", names[index]):
+            raise ValueError(f"Config key '{where}.name' must be letters, digits, '.', '-' or '_' (it prefixes the "
+                             f"corpus' ids and speakers), got {names[index]!r}.")
+        if names.count(names[index]) > 1:
+            raise ValueError(f"Config key '{where}.name': two corpora are named {names[index]!r}; give each its "
+                             "own name.")
+        if corpus.format != "commonvoice":
+            for key in ("min_up_votes", "max_down_votes"):
+                if getattr(corpus, key) != getattr(record, key):
+                    raise ValueError(f"Config key '{where}.{key}' is read only by the commonvoice format; "
+                                     f"this corpus is '{corpus.format}'. Remove the key.")
+        if corpus.min_up_votes < 0 or corpus.max_down_votes < 0:
+            raise ValueError(f"Config keys '{where}.min_up_votes' / '{where}.max_down_votes' must be >= 0.")
 
 
 def _check_audio_keys(cfg: Config) -> None:
@@ -101,6 +137,11 @@ def _check_model_keys(cfg: Config) -> None:
         raise ValueError(f"Config key 'model.pitch_variation' ({m.pitch_variation}) does nothing without pitch "
                          "conditioning: set 'model.pitch_conditioning: true' or leave it at 1.")
     discriminator = m.mel_adversarial_weight > 0 or m.mel_feature_matching_weight > 0
+    if discriminator and d.single_clip_policy == "slice":
+        raise ValueError("Config keys 'model.mel_adversarial_weight' / 'model.mel_feature_matching_weight' > 0 are "
+                         "not implemented with 'data.single_clip_policy: slice' (the mel discriminator would judge "
+                         "the frames a self-sliced reference gives away): set both weights to 0, or the policy to "
+                         "skip.")
     if m.mel_discriminator_channels is not None and not discriminator:
         raise ValueError(f"Config key 'model.mel_discriminator_channels' ({m.mel_discriminator_channels}) does nothing "
                          "without the mel discriminator: set 'model.mel_adversarial_weight' or "

@@ -14,7 +14,7 @@ Layout of ``cfg.cache_dir`` (written by ``myxtts prepare``, format 5):
 - ``utterances/XX/KEY.wav``: the clip's audio as the mel was computed from it (mono, ``audio.sample_rate``,
   16-bit PCM), written before its ``.utt``: what the vocoder trains on (``tf.audio.decode_wav`` reads it);
 - ``index-HASH.npz``: per utterance, in corpus order: ``ids`` str, ``files`` str (relative paths),
-  ``token_lengths``, ``mel_lengths``, ``speaker_ids``, ``language_ids`` (int32) and ``tokens`` (flat
+  ``token_lengths``, ``mel_lengths``, ``speaker_ids``, ``language_ids``, ``corpus_ids`` (int32) and ``tokens`` (flat
   int32). Small (lengths and tokens only): the bucket plan, stats and the pipeline read it, never
   the features. Named by its content (HASH: the first 16 hex digits of its sha256), so a new index
   never replaces the one the current manifest names; the manifest's ``index`` entry records its name
@@ -51,7 +51,7 @@ REJECTED_FILE = "rejected.csv"
 INDEX_FILE = "index.npz"  # the name of a manifest's index when the manifest records no content hash
 INDEX_PREFIX = "index-"  # index-HASH.npz: an index named by its content
 UTTERANCE_DIR = "utterances"
-SPLITS = ("train", "validation")
+SPLITS = ("train", "validation", "held_out")  # held_out: the clips of held-out speakers (zero-shot development)
 FORMAT_VERSION = 5  # 5: the F0 track; 4: the audio beside each utterance; 3: mel_stats; 2: one file per utterance
 UTTERANCE_MAGIC = 0x32545558  # b"XUT2" little-endian (b"XUT1": format 2-4, no F0 track)
 HEADER_BYTES = 16
@@ -279,6 +279,9 @@ class FeatureCache:
         self.mel_lengths = index["mel_lengths"].astype(np.int32, copy=False)  # [utterances]
         self.speaker_ids = index["speaker_ids"].astype(np.int32, copy=False)  # [utterances]
         self.language_ids = index["language_ids"].astype(np.int32, copy=False)  # [utterances]
+        # position of each utterance's corpus in data.corpora (an index without the column: one corpus)
+        self.corpus_ids = (index["corpus_ids"].astype(np.int32, copy=False) if "corpus_ids" in index
+                           else np.zeros(len(self.ids), np.int32))  # [utterances]
 
     @classmethod
     def load(cls, cfg: Any, lengths_only: bool = False) -> "FeatureCache":
@@ -334,7 +337,7 @@ class FeatureCache:
         """Row indices of the utterances of ``split`` ("train" or "validation"), in cache order."""
         if split not in SPLITS:
             raise ValueError(f"Unknown split {split!r}: use one of {SPLITS}.")
-        wanted = set(self.manifest["splits"][split])
+        wanted = set(self.manifest["splits"].get(split, []))
         return np.array([i for i, utterance_id in enumerate(self.ids) if utterance_id in wanted], dtype=np.int64)
 
     def token_offsets(self) -> np.ndarray:

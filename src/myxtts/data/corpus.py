@@ -17,28 +17,66 @@ costs that line only.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
+from myxtts.config.sections import CorpusSource, default_corpus_name
 from myxtts.data.entries import (DUPLICATE_ID, EMPTY_TEXT, LJSPEECH_SPEAKER, MISSING_FILE, NON_UTF8,  # noqa: F401
-                                 WRONG_FIELD_COUNT, CorpusEntry, CorpusReadResult, Rejection, accept_entry)
-from myxtts.data.layouts import read_libritts, read_vctk
+                                 WRONG_FIELD_COUNT, CorpusEntry, CorpusReadResult, Rejection, accept_entry,
+                                 decoded_lines)
+from myxtts.data.layouts import read_commonvoice, read_librispeech, read_libritts, read_vctk
 
 logger = logging.getLogger(__name__)
 
-def read_corpus(path: str | Path, corpus_format: str, language: str = "en") -> CorpusReadResult:
-    """Read an ``ljspeech`` folder, a ``list`` file, a ``vctk`` or a ``libritts`` tree. Raises ValueError only if
-    ``path`` itself is unusable."""
+FORMATS = ("ljspeech", "list", "vctk", "libritts", "librispeech", "commonvoice")
+
+
+def read_corpus(path: str | Path, corpus_format: str, language: str = "en", **options: Any) -> CorpusReadResult:
+    """Read an ``ljspeech`` folder, a ``list`` file, a ``vctk``, ``libritts`` or ``librispeech`` tree or a
+    ``commonvoice`` folder (``options``: its vote thresholds). Raises ValueError only if ``path`` itself is
+    unusable."""
     path = Path(path)
-    if corpus_format == "ljspeech":
-        return read_ljspeech(path, language=language)
-    if corpus_format == "list":
-        return read_list(path, language=language)
-    if corpus_format in ("vctk", "libritts"):
-        return (read_vctk if corpus_format == "vctk" else read_libritts)(path, language=language)
-    raise ValueError(f"Unknown corpus format {corpus_format!r} (data.corpus_format): use 'ljspeech', 'list', "
-                     "'vctk' or 'libritts'.")
+    readers = {"ljspeech": read_ljspeech, "list": read_list, "vctk": read_vctk, "libritts": read_libritts,
+               "librispeech": read_librispeech, "commonvoice": read_commonvoice}
+    if corpus_format not in readers:
+        raise ValueError(f"Unknown corpus format {corpus_format!r} (data.corpus_format): use "
+                         f"{', '.join(repr(f) for f in FORMATS)}.")
+    return readers[corpus_format](path, language=language, **options)
+
+
+def corpus_sources(cfg: Any) -> tuple[CorpusSource, ...]:
+    """The corpora of ``cfg`` to read, each with its path absolute and its name and language filled in:
+    ``data.corpora``, or the one corpus of ``data.corpus_path`` / ``data.corpus_format`` (name "": its ids and
+    speakers are not prefixed)."""
+    d = cfg.data
+    if not d.corpora:
+        return (CorpusSource(str(cfg.corpus_path), d.corpus_format, 1.0, "", d.language),)
+    return tuple(dataclasses.replace(c, path=str(cfg.resolve(c.path)), language=c.language or d.language,
+                                     name=c.name or default_corpus_name(cfg.resolve(c.path)))
+                 for c in d.corpora)
+
+
+def read_config_corpus(cfg: Any) -> CorpusReadResult:
+    """Every corpus of ``cfg`` (``corpus_sources``) in one result. With ``data.corpora`` each entry's id
+    becomes ``NAME/id`` and its speaker ``NAME:speaker`` (two corpora never share a speaker or an id) and
+    ``entry.corpus`` its corpus' position; a one-corpus config is read as it is."""
+    sources = corpus_sources(cfg)
+    if len(sources) == 1 and not sources[0].name:
+        source = sources[0]
+        return read_corpus(source.path, source.format, source.language)
+    merged = CorpusReadResult(source=Path(cfg.base_dir))
+    for index, source in enumerate(sources):
+        options = ({"min_up_votes": source.min_up_votes, "max_down_votes": source.max_down_votes}
+                   if source.format == "commonvoice" else {})
+        result = read_corpus(source.path, source.format, source.language, **options)
+        merged.entries += [dataclasses.replace(entry, id=f"{source.name}/{entry.id}",
+                                               speaker=f"{source.name}:{entry.speaker}", corpus=index)
+                           for entry in result.entries]
+        merged.rejections += result.rejections
+    return merged
 
 
 def _split_fields(file: Path, line_number: int, line: str, counts: tuple[int, int], layout: str,
@@ -60,7 +98,7 @@ def read_ljspeech(folder: Path, language: str = "en") -> CorpusReadResult:
                          "holding metadata.csv and wavs/).")
     result = CorpusReadResult(source=metadata)
     seen: dict[str, int] = {}
-    for line_number, line in _decoded_lines(metadata, result):
+    for line_number, line in decoded_lines(metadata, result):
         fields = _split_fields(metadata, line_number, line, (2, 3), "id|text|normalized", result)
         if fields is None:
             continue
@@ -80,7 +118,7 @@ def read_list(list_file: Path, language: str = "en") -> CorpusReadResult:
     result = CorpusReadResult(source=list_file)
     seen: dict[str, int] = {}
     folder = str(list_file.parent.resolve())
-    for line_number, line in _decoded_lines(list_file, result):
+    for line_number, line in decoded_lines(list_file, result):
         fields = _split_fields(list_file, line_number, line, (3, 4), "path|text|speaker[|language]", result)
         if fields is None:
             continue
@@ -99,21 +137,3 @@ def read_list(list_file: Path, language: str = "en") -> CorpusReadResult:
         entry = CorpusEntry(utterance_id, audio_path, fields[1].strip(), speaker, entry_language, line_number)
         accept_entry(entry, list_file, seen, result)
     return result
-
-
-def _decoded_lines(path: Path, result: CorpusReadResult):
-    """Yield (line_number, text) for each non-blank line; undecodable lines become rejections."""
-    raw = path.read_bytes()
-    for line_number, raw_line in enumerate(raw.split(b"\n"), start=1):
-        raw_line = raw_line.rstrip(b"\r")
-        if line_number == 1 and raw_line.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte order mark
-            raw_line = raw_line[3:]
-        try:
-            line = raw_line.decode("utf-8")
-        except UnicodeDecodeError as err:
-            result.rejections.append(Rejection(str(path), line_number, NON_UTF8,
-                                               f"{path}:{line_number}: not valid UTF-8 at byte {err.start} "
-                                               f"({raw_line[err.start:err.start + 4]!r}); re-save the file as UTF-8."))
-            continue
-        if line.strip():
-            yield line_number, line

@@ -28,6 +28,7 @@ class CorpusEntry:
     speaker: str
     language: str
     line_number: int  # 1-based line in the metadata / list file
+    corpus: int = 0  # position of its corpus in data.corpora (0 for a one-corpus config)
 
 
 @dataclass(frozen=True)
@@ -71,3 +72,21 @@ def accept_entry(entry: CorpusEntry, source: Path, seen: dict[str, int], result:
     else:
         seen[entry.id] = entry.line_number
         result.entries.append(entry)
+
+
+def decoded_lines(path: Path, result: CorpusReadResult):
+    """Yield (line_number, text) for each non-blank line; undecodable lines become rejections."""
+    raw = path.read_bytes()
+    for line_number, raw_line in enumerate(raw.split(b"\n"), start=1):
+        raw_line = raw_line.rstrip(b"\r")
+        if line_number == 1 and raw_line.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte order mark
+            raw_line = raw_line[3:]
+        try:
+            line = raw_line.decode("utf-8")
+        except UnicodeDecodeError as err:
+            result.rejections.append(Rejection(str(path), line_number, NON_UTF8,
+                                               f"{path}:{line_number}: not valid UTF-8 at byte {err.start} "
+                                               f"({raw_line[err.start:err.start + 4]!r}); re-save the file as UTF-8."))
+            continue
+        if line.strip():
+            yield line_number, line

@@ -1,4 +1,5 @@
-"""Published multi-speaker layouts read as they are downloaded: VCTK and LibriTTS / LibriTTS-R.
+"""Published multi-speaker layouts read as they are downloaded: VCTK, LibriTTS / LibriTTS-R, LibriSpeech and
+Common Voice.
 
 - ``vctk`` (``data.corpus_path`` = the VCTK root): transcripts ``txt/<speaker>/<utterance>.txt``;
   audio ``wav48_silence_trimmed/<speaker>/<utterance>_mic1.flac`` (VCTK 0.92, the first microphone)
@@ -8,7 +9,15 @@
   ``.original.txt`` beside it; LibriTTS-R has the same layout. Id = the path of the clip without
   suffixes relative to ``corpus_path``, speaker = the first field of the file name.
 
-One text file per clip: a file that is not UTF-8 or empty, an audio file without a transcript and
+- ``librispeech`` (``data.corpus_path`` = the LibriSpeech root or one subset): ``<speaker>/<chapter>/
+  <speaker>-<chapter>.trans.txt`` with one ``<speaker>-<chapter>-<n> TEXT`` line per clip and the clip
+  ``<speaker>-<chapter>-<n>.flac`` beside it. Id = the utterance name, speaker = its first field.
+- ``commonvoice`` (``data.corpus_path`` = the folder holding ``validated.tsv`` and ``clips/``): tab-separated,
+  a header line naming the columns (``client_id``, ``path``, ``sentence``, ``up_votes``, ``down_votes`` are
+  read); ``client_id`` is the speaker, ``path`` the clip under ``clips/`` (mp3 as published) and the id.
+  A clip with fewer up-votes or more down-votes than the corpus' thresholds is rejected (``voted_down``).
+
+VCTK and LibriTTS have one text file per clip: a file that is not UTF-8 or empty, an audio file without a transcript and
 a transcript without audio each become a ``Rejection`` naming the file (line 1: the transcript's
 only line). Files are visited in sorted order, so the corpus order is stable.
 """
@@ -17,9 +26,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from myxtts.data.entries import NON_UTF8, CorpusEntry, CorpusReadResult, Rejection, accept_entry
+from myxtts.data.entries import (NON_UTF8, WRONG_FIELD_COUNT, CorpusEntry, CorpusReadResult, Rejection, accept_entry,
+                                 decoded_lines)
 
 MISSING_TEXT = "missing_text"
+VOTED_DOWN = "voted_down"
+COMMONVOICE_COLUMNS = ("client_id", "path", "sentence", "up_votes", "down_votes")
 VCTK_AUDIO_DIRS = (("wav48_silence_trimmed", "_mic1.flac"), ("wav48", ".wav"))
 
 
@@ -91,3 +103,76 @@ def read_libritts(root: Path, language: str = "en") -> CorpusReadResult:
                                                ".normalized.txt"))
     return result
 
+
+
+def read_librispeech(root: Path, language: str = "en") -> CorpusReadResult:
+    if not root.is_dir():
+        raise ValueError(f"LibriSpeech corpus {root} not found (data.corpus_path must be the LibriSpeech root or a "
+                         "subset folder such as train-clean-100).")
+    transcripts = sorted(root.rglob("*.trans.txt"))
+    if not transcripts:
+        raise ValueError(f"LibriSpeech corpus {root}: no <speaker>/<chapter>/<speaker>-<chapter>.trans.txt found.")
+    result = CorpusReadResult(source=root)
+    seen: dict[str, int] = {}
+    transcribed = set()
+    for transcript in transcripts:
+        for line_number, line in decoded_lines(transcript, result):
+            utterance, _, text = line.strip().partition(" ")
+            audio = transcript.parent / f"{utterance}.flac"
+            transcribed.add(audio)
+            entry = CorpusEntry(utterance, audio, " ".join(text.split()), utterance.split("-")[0], language,
+                                line_number)
+            accept_entry(entry, transcript, seen, result)
+    for audio_file in sorted(root.rglob("*.flac")):
+        if audio_file not in transcribed:
+            result.rejections.append(Rejection(str(audio_file), 1, MISSING_TEXT,
+                                               f"{audio_file}: no line '{audio_file.stem} ...' in a .trans.txt "
+                                               "of its folder"))
+    return result
+
+
+def read_commonvoice(root: Path, language: str = "en", min_up_votes: int = 2,
+                     max_down_votes: int = 0) -> CorpusReadResult:
+    table = root / "validated.tsv"
+    if not table.is_file() or not (root / "clips").is_dir():
+        raise ValueError(f"Common Voice corpus {root}: expected validated.tsv and clips/ inside data.corpus_path "
+                         "(the folder of one language of a Common Voice release).")
+    result = CorpusReadResult(source=table)
+    seen: dict[str, int] = {}
+    lines = decoded_lines(table, result)
+    header = next(lines, (1, ""))[1].rstrip("\r").split("\t")
+    missing = [column for column in COMMONVOICE_COLUMNS if column not in header]
+    if missing:
+        raise ValueError(f"{table}:1: the header names no column {missing[0]!r} (Common Voice's validated.tsv has "
+                         f"{', '.join(COMMONVOICE_COLUMNS)}).")
+    column = {name: header.index(name) for name in COMMONVOICE_COLUMNS}
+    for line_number, line in lines:
+        fields = line.rstrip("\r").split("\t")
+        where = f"{table}:{line_number}"
+        if len(fields) != len(header):
+            result.rejections.append(Rejection(str(table), line_number, WRONG_FIELD_COUNT,
+                                               f"{where}: expected {len(header)} tab-separated fields as the header "
+                                               f"names, got {len(fields)}."))
+            continue
+        speaker, path, text = (fields[column[k]].strip() for k in ("client_id", "path", "sentence"))
+        try:
+            up_votes, down_votes = int(fields[column["up_votes"]] or 0), int(fields[column["down_votes"]] or 0)
+        except ValueError:
+            result.rejections.append(Rejection(str(table), line_number, WRONG_FIELD_COUNT,
+                                               f"{where}: up_votes / down_votes must be whole numbers."))
+            continue
+        if up_votes < min_up_votes or down_votes > max_down_votes:
+            result.rejections.append(Rejection(str(table), line_number, VOTED_DOWN,
+                                               f"{where}: '{path}' has {up_votes} up-vote(s) and {down_votes} "
+                                               f"down-vote(s); the corpus takes >= {min_up_votes} up and <= "
+                                               f"{max_down_votes} down (data.corpora[].min_up_votes / "
+                                               "max_down_votes)."))
+            continue
+        if not speaker or not path or "/" in path or path.startswith("."):
+            result.rejections.append(Rejection(str(table), line_number, WRONG_FIELD_COUNT,
+                                               f"{where}: client_id and path must be set, path a file name under "
+                                               "clips/."))
+            continue
+        accept_entry(CorpusEntry(path, root / "clips" / path, " ".join(text.split()), speaker, language,
+                                 line_number), table, seen, result)
+    return result

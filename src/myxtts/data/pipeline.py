@@ -41,9 +41,18 @@ Pitch (``model.pitch_conditioning``): the parse map also reads the audio the mel
 References (voice conditioning): for each utterance, another utterance of the same speaker (chosen
 at random among all cached utterances, never the target itself); then a random crop of
 ``data.reference_frames`` frames (zero-padded when shorter, ``reference_lengths`` = true length).
-Single-clip policy: an utterance whose speaker has no other accepted clip is not trained or
-validated on (a crop of the target as its own reference would leak the answer); it stays in the
-cache, ``prepare`` counts these clips in its report and manifest and the pipeline logs the count.
+Single-clip policy (``data.single_clip_policy``): an utterance whose speaker has no other accepted clip is,
+with "skip", not trained or validated on (a crop of the target as its own reference would leak the answer);
+it stays in the cache, ``prepare`` counts these clips in its report and manifest and the pipeline logs the
+count. With "slice" it is trained on with a crop of its own mel as the reference (``self_slice``: at most
+``data.reference_frames``, at most half the clip) and ``reference_offsets`` says where the crop starts, so the
+mel losses leave those frames unscored (XTTS's masked prompt): copying the reference earns nothing. Validation
+never uses it (its references always come from other clips). Every batch of such a run carries
+``reference_offsets`` (-1 for a reference from another clip).
+
+Several corpora (``data.corpora``): the training rows of each corpus are shuffled and repeated on their own and
+drawn with ``sample_from_datasets`` at the corpora's normalised weights (``corpus_weights``), before the parse
+map; validation reads its rows as they are.
 All random ops are stateless, seeded by (data.seed, element position), so a run is reproducible.
 """
 
@@ -59,8 +68,10 @@ import tensorflow as tf
 from myxtts.config import AUTOTUNE
 from myxtts.data.buckets import PLAN_FILE, BucketParams, BucketPlan, FillReport, log_misfits, plan_buckets
 from myxtts.data.cache import FeatureCache
+from myxtts.data.corpus import corpus_sources
 from myxtts.data.mel_stats import MelStats
-from myxtts.data.sources import CacheSource, WavSource, pick_reference_row, single_clip_rows, speaker_tables
+from myxtts.data.sources import (CacheSource, WavSource, pick_reference_row, self_slice, single_clip_rows,
+                                 speaker_tables)
 
 # The pipeline's functions are plain TF ops with no Python control flow on tensors, so tf.data need not run
 # AutoGraph's source conversion on them (and on everything they call) each time a dataset is built.
@@ -70,6 +81,9 @@ logger = logging.getLogger(__name__)
 
 BATCH_KEYS = ("tokens", "token_lengths", "mel", "mel_lengths", "reference_mel", "reference_lengths", "speaker_ids")
 PITCH_KEY = "pitch"  # with model.pitch_conditioning: frame F0 [batch, mel_frames] Hz, 0 unvoiced and at padding
+# with data.single_clip_policy "slice": [batch] int32, the first target frame of a reference cut from the target itself
+# (its reference_lengths frames are not scored by the mel losses), -1 for a reference from another clip
+REFERENCE_OFFSET_KEY = "reference_offsets"
 
 
 @graph_only
@@ -108,7 +122,9 @@ class InputPipeline:
             s.mel_stats = mel_stats
         self.mel_stats = s.mel_stats  # MelStats: batches hold (log mel - mean) / std; the trainer saves them
         self.plan = self._load_plan()
-        self.batch_keys = (*BATCH_KEYS, PITCH_KEY) if cfg.model.pitch_conditioning else BATCH_KEYS
+        self.self_slices = d.single_clip_policy == "slice"
+        self.batch_keys = (BATCH_KEYS + ((PITCH_KEY,) if cfg.model.pitch_conditioning else ())
+                           + ((REFERENCE_OFFSET_KEY,) if self.self_slices else ()))
         self.row_buckets = self.plan.assign(s.token_lengths, s.mel_lengths)  # [utterances], -1 = fits no bucket
         wanted = set(s.manifest["splits"][split])
         in_split = np.array([utterance_id in wanted for utterance_id in s.ids], dtype=bool)
@@ -118,11 +134,16 @@ class InputPipeline:
         self.reference_tables = speaker_tables(s.speaker_ids)
         alone = single_clip_rows(s.speaker_ids)  # [utterances] bool: no other clip of the speaker
         self.single_clip_ids = [s.ids[i] for i in split_rows[alone[split_rows]]]
-        if self.single_clip_ids:
+        sliced = self.self_slices and split == "train"  # validation references always come from other clips
+        if self.single_clip_ids and sliced:
+            logger.info("single-clip speakers: %d %s clip(s) trained with a slice of themselves as the reference, "
+                        "its frames not scored (data.single_clip_policy: slice)", len(self.single_clip_ids), split)
+        elif self.single_clip_ids:
             logger.warning("single-clip speakers: %d %s clip(s) not trained on (no other clip of the speaker to use "
-                           "as reference): %s", len(self.single_clip_ids), split,
+                           "as reference; data.single_clip_policy: slice trains on them): %s",
+                           len(self.single_clip_ids), split,
                            ", ".join(self.single_clip_ids[:10]) + (" ..." if len(self.single_clip_ids) > 10 else ""))
-        usable = (self.row_buckets[split_rows] >= 0) & ~alone[split_rows]
+        usable = (self.row_buckets[split_rows] >= 0) & (~alone[split_rows] | sliced)
         self.rows = split_rows[usable]  # [fitting utterances of the split that have a reference]
         if self.rows.size == 0:
             raise ValueError(f"No {split} utterance fits the bucket plan ({self.plan.describe()}); raise "
@@ -174,6 +195,8 @@ class InputPipeline:
             })
             if PITCH_KEY in self.batch_keys:
                 out[-1][PITCH_KEY] = tf.TensorSpec([b.batch_size, b.mel_frames], tf.float32)
+            if REFERENCE_OFFSET_KEY in self.batch_keys:
+                out[-1][REFERENCE_OFFSET_KEY] = tf.TensorSpec([b.batch_size], tf.int32)
         return out
 
     def fill_report(self) -> FillReport:
@@ -199,6 +222,33 @@ class InputPipeline:
                 total = -(-members.size // bucket.batch_size) * bucket.batch_size
                 rows.append(np.resize(members, total))  # repeats its own rows to fill the last batch
         return np.concatenate(rows)
+
+    def corpus_weights(self) -> dict[int, float]:
+        """Per corpus (its position in data.corpora) that has rows in this split: its share of the training
+        utterances drawn (the configured weights, normalised over those corpora)."""
+        sources = corpus_sources(self.cfg)
+        present = sorted(int(i) for i in np.unique(self.source_corpus_ids[self.rows]))
+        total = sum(sources[i].weight for i in present)
+        return {i: sources[i].weight / total for i in present}
+
+    @property
+    def source_corpus_ids(self) -> np.ndarray:
+        return getattr(self.source, "corpus_ids", np.zeros(len(self.source.ids), np.int32))  # [utterances]
+
+    def _weighted_rows(self, rows: np.ndarray) -> tf.data.Dataset:
+        """Endless training rows drawn corpus by corpus at their weights (``corpus_weights``): each corpus' rows
+        shuffled and repeated on their own, then sampled with a seeded choice (checkpointable, like the rest)."""
+        d = self.cfg.data
+        weights = self.corpus_weights()
+        corpus_ids = self.source_corpus_ids
+        streams = []
+        for index in weights:
+            members = rows[corpus_ids[rows] == index]  # [rows of this corpus], in the seeded permutation's order
+            stream = tf.data.Dataset.from_tensor_slices(tf.constant(members, tf.int32))
+            stream = stream.shuffle(min(d.shuffle_buffer_size, members.size), seed=d.seed + index,
+                                    reshuffle_each_iteration=True)
+            streams.append(stream.repeat())
+        return tf.data.Dataset.sample_from_datasets(streams, weights=list(weights.values()), seed=d.seed)
 
     def _row_source(self, repeat: bool) -> tf.data.Dataset:
         """The dataset of row indices everything else is built on (the source a tf.data service splits).
@@ -241,11 +291,21 @@ class InputPipeline:
             return element
 
         @graph_only
-        def add_reference(position: tf.Tensor, element: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            seed = tf.stack([tf.constant(d.seed, tf.int64), tf.cast(position, tf.int64) * 2])  # [2]
+        def other_clip(element: dict[str, tf.Tensor], seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
             other = pick_reference_row(element["row"], seed, tables)
             reference, length = s.reference_mel(other, reference_frames, seed + tf.constant([0, 1], tf.int64))
-            return {**element, "reference_mel": reference, "reference_lengths": length}
+            return reference, length, tf.constant(-1, tf.int32)
+
+        @graph_only
+        def add_reference(position: tf.Tensor, element: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            seed = tf.stack([tf.constant(d.seed, tf.int64), tf.cast(position, tf.int64) * 2])  # [2]
+            if not self.self_slices:
+                reference, length, _ = other_clip(element, seed)
+                return {**element, "reference_mel": reference, "reference_lengths": length}
+            alone = tf.gather(tables["group_size"], element["row"]) <= 1
+            reference, length, offset = tf.cond(alone, lambda: self_slice(element["mel"], reference_frames, seed),
+                                                lambda: other_clip(element, seed))
+            return {**element, "reference_mel": reference, "reference_lengths": length, REFERENCE_OFFSET_KEY: offset}
 
         rows = self._row_source(repeat)
         if d.use_tf_native_loading:
@@ -254,6 +314,8 @@ class InputPipeline:
                 dataset = dataset.shuffle(d.shuffle_buffer_size, seed=d.seed, reshuffle_each_iteration=True)
             if repeat:
                 dataset = dataset.repeat()
+        elif shuffle and repeat and len(self.corpus_weights()) > 1:  # several corpora: each drawn at its weight
+            dataset = self._weighted_rows(self._rows(repeat)).map(parse, num_parallel_calls=parallel)
         else:
             dataset = rows
             if shuffle:
@@ -297,6 +359,8 @@ class InputPipeline:
                   "reference_mel": tf.constant([self.cfg.data.reference_frames, self.source.n_mels], tf.int64),
                   **{name: scalar for name in ("token_lengths", "mel_lengths", "reference_lengths", "speaker_ids",
                                                "row", "bucket")}}
+        if REFERENCE_OFFSET_KEY in self.batch_keys:
+            shapes[REFERENCE_OFFSET_KEY] = scalar
         if PITCH_KEY in self.batch_keys:
             shapes[PITCH_KEY] = tf.reshape(mel, [1])
         return window.padded_batch(self._window_size(key), padded_shapes=shapes, drop_remainder=True)

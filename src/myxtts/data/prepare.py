@@ -57,7 +57,7 @@ from myxtts.data.buckets import BucketParams, log_misfits, plan_buckets
 from myxtts.data.cache import (FORMAT_VERSION, MANIFEST_FILE, REJECTED_FILE, VOCAB_FILE, CacheError, audio_file,
                                check_manifest, feature_params, load_index, read_utterance, save_index, write_manifest)
 from myxtts.data.clips import Clip, Verdicts, known_verdicts, process_clips, rejection_detail
-from myxtts.data.corpus import Rejection, read_corpus
+from myxtts.data.corpus import Rejection, corpus_sources, read_config_corpus
 from myxtts.data.durable import reached, write_durably
 from myxtts.data.fingerprint import CorpusDiff, clip_fingerprint, corpus_fingerprint, diff_corpus
 from myxtts.data.language import TextProcessors
@@ -104,9 +104,25 @@ class PrepareResult:
             lines.append(f"see {self.cache_dir / REJECTED_FILE} for every rejected line and why")
         single = m["counts"]["single_clip"]
         if single["clips"]:
-            lines.append(f"single-clip speakers: {single['speakers']} speaker(s), {single['clips']} clip(s) not trained "
-                         "on (no other clip of the speaker to use as reference; kept in the cache)")
+            lines.append(f"single-clip speakers: {single['speakers']} speaker(s), {single['clips']} clip(s) "
+                         + SINGLE_CLIP_USE[m.get("single_clip_policy", "skip")])
+        held_out = m.get("held_out_speakers", [])
+        if held_out:
+            lines.append(f"held-out speakers: {len(held_out)} ({len(m['splits'].get('held_out', []))} clips) kept "
+                         "out of training and validation (the manifest's 'held_out' split)")
+        for corpus in m.get("corpora", []):
+            rates = (f"recorded at {', '.join(f'{r} Hz' for r in corpus['source_sample_rates'])} (bandwidth "
+                     f"{corpus['bandwidth_hz']:g} Hz)")
+            lines.append(f"  corpus {corpus['name']} ({corpus['format']}, weight {corpus['weight']:g}): "
+                         f"{corpus['utterances']} utterances, {corpus['hours']:.2f} h, {corpus['speakers']} speakers, "
+                         f"{rates}" if corpus["name"] else f"source audio {rates}")
         return "\n".join(lines)
+
+
+SINGLE_CLIP_USE = {"skip": "not trained on (no other clip of the speaker to use as reference; kept in the cache; "
+                           "data.single_clip_policy: slice trains on them)",
+                   "slice": "trained with a slice of the clip itself as the reference, its frames not scored "
+                            "(data.single_clip_policy: slice)"}
 
 
 def prepare(cfg: Any, force: bool = False, progress: bool = True,
@@ -120,7 +136,7 @@ def prepare(cfg: Any, force: bool = False, progress: bool = True,
     started = time.perf_counter()
     cache_dir = Path(cfg.cache_dir)
     d = cfg.data
-    corpus = read_corpus(cfg.corpus_path, d.corpus_format, language=d.language)  # bad input fails before any lock
+    corpus = read_config_corpus(cfg)  # bad input fails before any lock
     fingerprints = {entry.id: clip_fingerprint(entry) for entry in corpus.entries}
     with lock_cache_for_writing(cache_dir, echo, lock_timeout):  # a second prepare waits, then finds it up to date
         manifest, problem = check_manifest(cache_dir, cfg.feature_hash(), feature_params(cfg))
@@ -178,8 +194,10 @@ class _Accepted:
     entries: list[Any]
     speakers: dict[str, int]  # name -> id, in order of first accepted utterance
     languages: dict[str, int]
-    single_ids: list[str]  # the only clip of their speaker: cached, not trained on
+    single_ids: list[str]  # the only clip of their speaker: cached; trained on by the single-clip policy "slice"
     validation: set[str]
+    held_out: set[str] = field(default_factory=set)  # clips of the held-out speakers: neither trained nor validated
+    held_out_speakers: list[str] = field(default_factory=list)
 
     @property
     def ids(self) -> list[str]:
@@ -187,7 +205,11 @@ class _Accepted:
 
     @property
     def train_ids(self) -> list[str]:
-        return [i for i in self.ids if i not in self.validation]
+        return [i for i in self.ids if i not in self.validation and i not in self.held_out]
+
+    @property
+    def held_out_ids(self) -> list[str]:
+        return [i for i in self.ids if i in self.held_out]
 
     @property
     def validation_ids(self) -> list[str]:
@@ -242,6 +264,10 @@ def _build(cfg: Any, cache_dir: Path, corpus: Any, fingerprints: dict[str, str],
     return manifest
 
 
+# a held-out (zero-shot development) speaker's clips: 3 references to average and at least one to judge the voice by
+HELD_OUT_MIN_CLIPS = 4
+
+
 def _accepted(cfg: Any, cache_dir: Path, entries: list[Any], clips: dict[str, Clip], rejected: int) -> _Accepted:
     """The accepted entries, their ids and split; an error when too few are left to train on."""
     accepted = [e for e in entries if e.id in clips]  # corpus order
@@ -252,15 +278,47 @@ def _accepted(cfg: Any, cache_dir: Path, entries: list[Any], clips: dict[str, Cl
         languages.setdefault(entry.language, len(languages))
     clips_per_speaker = Counter(e.speaker for e in accepted)
     single_ids = [e.id for e in accepted if clips_per_speaker[e.speaker] == 1]
-    if len(accepted) - len(single_ids) <= cfg.data.validation_size:
-        raise CacheError(f"Only {len(accepted)} utterance(s) were accepted from {cfg.corpus_path} "
-                         f"({rejected} rejected, see {cache_dir / REJECTED_FILE}); data.validation_size = "
-                         f"{cfg.data.validation_size} would leave none for training (clips of single-clip speakers "
-                         "are not trained on).")
+    held_out_speakers = held_out_speaker_names(cfg, accepted, clips)
+    held_out = {e.id for e in accepted if e.speaker in set(held_out_speakers)}
     single = set(single_ids)
-    # validation only among clips that have a reference (single-clip policy: see data/pipeline.py)
-    validation = set(validation_ids([e.id for e in accepted if e.id not in single], cfg.data.validation_size))
-    return _Accepted(accepted, speakers, languages, single_ids, validation)
+    trainable = [e.id for e in accepted if e.id not in held_out
+                 and (e.id not in single or cfg.data.single_clip_policy == "slice")]
+    # validation only among clips that have a reference in another clip (single-clip policy: see data/pipeline.py)
+    with_reference = [e.id for e in accepted if e.id not in single and e.id not in held_out]
+    if len(trainable) <= cfg.data.validation_size or len(with_reference) < cfg.data.validation_size:
+        raise CacheError(f"Only {len(accepted)} utterance(s) were accepted from {cfg.corpus_path} "
+                         f"({rejected} rejected, see {cache_dir / REJECTED_FILE}; {len(held_out)} of held-out "
+                         f"speakers, {len(single)} the only clip of their speaker); data.validation_size = "
+                         f"{cfg.data.validation_size} would leave none for training (validation takes clips whose "
+                         "speaker has another clip; single-clip speakers train only with data.single_clip_policy: "
+                         "slice).")
+    validation = set(validation_ids(with_reference, cfg.data.validation_size))
+    return _Accepted(accepted, speakers, languages, single_ids, validation, held_out, held_out_speakers)
+
+
+def held_out_speaker_names(cfg: Any, accepted: list[Any], clips: dict[str, Clip]) -> list[str]:
+    """Per corpus (``data.corpora[].held_out_speakers``), that many speakers kept out: among the speakers with at
+    least ``HELD_OUT_MIN_CLIPS`` clips (fewer when none has that many: a held-out voice needs clips to be cloned
+    from and judged by), those with the fewest clips (they cost training the least), the longest audio first, ties
+    broken by a hash of the name."""
+    chosen: list[str] = []
+    for index, source in enumerate(corpus_sources(cfg)):
+        if not source.held_out_speakers:
+            continue
+        counts, samples = Counter(), Counter()
+        for entry in accepted:
+            if entry.corpus == index:
+                counts[entry.speaker] += 1
+                samples[entry.speaker] += clips[entry.id].samples
+        if len(counts) <= source.held_out_speakers:
+            raise CacheError(f"data.corpora[{index}].held_out_speakers = {source.held_out_speakers}, but corpus "
+                             f"{source.name} has {len(counts)} accepted speaker(s): none would be left to train on.")
+        enough = min(HELD_OUT_MIN_CLIPS, max(counts.values()))
+        eligible = [speaker for speaker, count in counts.items() if count >= enough]
+        ranked = sorted(eligible, key=lambda name: (counts[name], -samples[name],
+                                                    hashlib.sha256(name.encode("utf-8")).hexdigest()))
+        chosen += ranked[:source.held_out_speakers]
+    return chosen
 
 
 def _index(accepted: _Accepted, clips: dict[str, Clip]) -> dict[str, np.ndarray]:
@@ -274,6 +332,7 @@ def _index(accepted: _Accepted, clips: dict[str, Clip]) -> dict[str, np.ndarray]
         "mel_lengths": np.array([clips[i].frames for i in ids], np.int32),
         "speaker_ids": np.array([accepted.speakers[e.speaker] for e in accepted.entries], np.int32),
         "language_ids": np.array([accepted.languages[e.language] for e in accepted.entries], np.int32),
+        "corpus_ids": np.array([e.corpus for e in accepted.entries], np.int32),
     }
 
 
@@ -308,17 +367,46 @@ def _manifest(cfg: Any, corpus: Any, fingerprints: dict[str, str], diff: CorpusD
                    "seconds": round(seconds, 3), "workers": workers,
                    "clips_per_second": round(len(todo) / seconds, 1) if todo and seconds > 0 else None},
         "single_clip_ids": single_ids,
+        "single_clip_policy": cfg.data.single_clip_policy,
+        "held_out_speakers": accepted.held_out_speakers,
+        "corpora": corpus_summaries(cfg, accepted, clips),
         "hours": sum(clips[i].samples for i in ids) / cfg.audio.sample_rate / 3600.0,
         "speakers": list(accepted.speakers),
         "languages": list(accepted.languages),
         "n_mels": cfg.audio.n_mels,
         "mel_dtype": "float16",
         "vocab_size": vocab_size,
-        "splits": {"train": accepted.train_ids, "validation": accepted.validation_ids},
+        "splits": {"train": accepted.train_ids, "validation": accepted.validation_ids,
+                   "held_out": accepted.held_out_ids},
         "mel_stats": mel_stats,
         "index": index_entry,
         "clips": table,
     }
+
+
+def corpus_summaries(cfg: Any, accepted: _Accepted, clips: dict[str, Clip]) -> list[dict[str, Any]]:
+    """Per corpus: its name, format, weight, utterances, speakers, hours, and the sample rates its files were
+    recorded at (read from their headers): a 16-kHz source has nothing above 8 kHz (``bandwidth_hz``, the lowest
+    rate's Nyquist frequency, at most the mel's ``audio.fmax``), however it is resampled."""
+    import soundfile
+
+    summaries = []
+    for index, source in enumerate(corpus_sources(cfg)):
+        entries = [e for e in accepted.entries if e.corpus == index]
+        rates: Counter = Counter()
+        for entry in entries:
+            try:
+                rates[int(soundfile.info(str(entry.audio_path)).samplerate)] += 1
+            except (OSError, RuntimeError):
+                rates[0] += 1  # gone since it was processed: the next prepare sees the change
+        lowest = min((rate for rate in rates if rate), default=cfg.audio.sample_rate)
+        summaries.append({
+            "name": source.name, "format": source.format, "path": source.path, "weight": source.weight,
+            "utterances": len(entries), "speakers": len({e.speaker for e in entries}),
+            "hours": sum(clips[e.id].samples for e in entries) / cfg.audio.sample_rate / 3600.0,
+            "source_sample_rates": {str(rate): count for rate, count in sorted(rates.items())},
+            "bandwidth_hz": min(lowest / 2.0, cfg.audio.fmax)})
+    return summaries
 
 
 def train_mel_stats(cache_dir: Path, files: list[str], n_mels: int, workers: int = 1,

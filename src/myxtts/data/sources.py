@@ -3,7 +3,9 @@
 - ``CacheSource``: the prepared cache, streamed (one utterance file per element, TF ops only);
 - ``WavSource``: WAVs decoded and mels computed inside the map (``data.use_tf_native_loading``);
 - references: another utterance of the same speaker (``pick_reference_row`` over ``speaker_tables``), never the
-  target itself (``single_clip_rows`` are left out), and a seeded random crop (``crop_start``, ``crop_and_pad``).
+  target itself, and a seeded random crop (``crop_start``, ``crop_and_pad``); for a speaker with one clip
+  (``single_clip_rows``) under the single-clip policy "slice", a crop of the target (``self_slice``) whose frames
+  the losses do not score.
 
 Every random op is stateless, seeded by (data.seed, element position), so a run is reproducible.
 """
@@ -63,6 +65,16 @@ def crop_and_pad(mel: tf.Tensor, start: tf.Tensor, frames: int) -> tuple[tf.Tens
     return padded, length
 
 
+def self_slice(mel: tf.Tensor, frames: int, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """A reference cut from the target's own (normalised) mel ``[length, n_mels]``: ``min(frames, length // 2)``
+    frames (at least 1) at a seeded random start -> (``[frames, n_mels]`` zero-padded, its length, its start)."""
+    length = tf.shape(mel)[0]
+    size = tf.maximum(tf.minimum(frames, length // 2), 1)
+    start = uniform_index(seed, length - size + 1)
+    padded, size = crop_and_pad(mel[start:start + size], 0, frames)
+    return padded, size, start
+
+
 def single_clip_rows(speaker_ids: np.ndarray) -> np.ndarray:
     """[utterances] bool: True where the utterance's speaker has no other utterance in the cache."""
     counts = np.bincount(speaker_ids) if speaker_ids.size else np.zeros(0, np.int64)
@@ -97,6 +109,7 @@ class CacheSource:
         c = self.cache
         self.ids, self.manifest = c.ids, c.manifest
         self.token_lengths, self.mel_lengths, self.speaker_ids = c.token_lengths, c.mel_lengths, c.speaker_ids
+        self.corpus_ids = c.corpus_ids  # [utterances]: position of each one's corpus in data.corpora
         self.n_mels = c.n_mels
         self.mel_stats = c.mel_stats  # CacheError naming the cache when the manifest has none
         self.paths = tf.constant(c.paths())  # [utterances] string
@@ -129,7 +142,7 @@ class WavSource:
         import soundfile
 
         from myxtts.audio import MelFrontend
-        from myxtts.data.corpus import read_corpus
+        from myxtts.data.corpus import read_config_corpus
 
         try:
             cache = FeatureCache.load(cfg)  # the index: accepted ids, tokens (per language), splits, speakers
@@ -138,7 +151,7 @@ class WavSource:
                              f"tokens, splits, speakers): {err}") from None
         self.manifest = cache.manifest
         self.mel_stats = cache.mel_stats  # the manifest's train-split statistics (prepare computes them)
-        by_id = {e.id: e for e in read_corpus(cfg.corpus_path, cfg.data.corpus_format, cfg.data.language).entries}
+        by_id = {e.id: e for e in read_config_corpus(cfg).entries}
         missing = [utterance_id for utterance_id in cache.ids if utterance_id not in by_id]
         if missing:
             raise CacheError(f"{len(missing)} cached utterance(s) are no longer in {cfg.corpus_path} (e.g. "
@@ -156,6 +169,7 @@ class WavSource:
             frames.append(self.frontend.num_frames(info.frames))
         self.ids = cache.ids
         self.token_lengths, self.speaker_ids = cache.token_lengths, cache.speaker_ids
+        self.corpus_ids = cache.corpus_ids
         self.mel_lengths = np.array(frames, np.int32)
         self.n_mels = cfg.audio.n_mels
         self.paths = tf.constant([str(e.audio_path) for e in entries])

@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from myxtts.audio import load_audio
 from myxtts.config import Config
-from myxtts.data.corpus import CorpusEntry, read_corpus
+from myxtts.data.corpus import CorpusEntry, read_config_corpus, read_corpus
 from myxtts.evaluation.metrics import attention_diagonality, focus_rate, mel_cepstral_distortion
 from myxtts.machine import machine
 from myxtts.synthesis.synthesizer import Synthesizer
@@ -56,7 +56,7 @@ def corpus_entries(cfg: Config, data: str | os.PathLike | None) -> tuple[list[Co
     from myxtts.data.cache import read_manifest
     from myxtts.data.prepare import validation_ids
 
-    entries = read_corpus(cfg.corpus_path, cfg.data.corpus_format, cfg.data.language).entries
+    entries = read_config_corpus(cfg).entries
     manifest = read_manifest(cfg.cache_dir)
     if manifest is not None and manifest.get("splits", {}).get("validation"):
         held_out = set(manifest["splits"]["validation"])

@@ -7,6 +7,9 @@ per-micro-batch mean divided by N would weight a 2-row 840-frame batch like a 7-
 the accumulated update would point elsewhere than the big batch's.) Without ``normalizers`` the counts are
 this batch's own (validation, tests).
 
+- Frames of a reference cut from the target itself (``reference_offsets`` >= 0, data.single_clip_policy "slice")
+  are not scored by the mel losses (``scored_frame_mask``; ``scored_mel_elements`` counts the rest); the aligner
+  and duration losses still read every real frame (they learn where the text is, not what the voice sounds like).
 - ``mel_l1_before`` / ``mel_l1_after``: mean absolute error over real frames x mel bins, before and after
   the postnet; ``mel_l2`` (mean squared error after the postnet) only enters ``total`` with ``model.mel_l2_weight`` > 0.
 - ``mel_delta``: the L1 error of the mel's changes after the postnet, frame to frame (pairs of real frames) plus bin to
@@ -29,7 +32,8 @@ from myxtts.config import Config
 from myxtts.model.alignment import binarization_loss, forward_sum_loss
 from myxtts.model.layers import static_or_dynamic_dim
 
-NORMALIZER_KEYS = ("mel_elements", "utterances", "tokens")
+NORMALIZER_KEYS = ("mel_elements", "scored_mel_elements", "utterances", "tokens")
+REFERENCE_OFFSET_KEY = "reference_offsets"  # the pipeline's key (data/pipeline.py): a self-sliced reference's start
 PITCH_WEIGHT = 0.1
 
 
@@ -37,11 +41,37 @@ def _masked_sum(values: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(tf.where(mask, values, tf.zeros_like(values)))
 
 
+def reference_frames_in_target(batch: dict) -> tf.Tensor | None:
+    """[B] float32: how many of each target's real frames its reference was cut from (``reference_offsets`` >= 0:
+    a slice of the target itself, data.single_clip_policy "slice"); None when the batch has no such key."""
+    if REFERENCE_OFFSET_KEY not in batch:
+        return None
+    inside = tf.cast(batch[REFERENCE_OFFSET_KEY] >= 0, tf.float32)
+    return inside * tf.cast(batch["reference_lengths"], tf.float32)
+
+
+def scored_frame_mask(batch: dict, frames: tf.Tensor | int) -> tf.Tensor:
+    """[B, T] bool: the real frames the mel losses score, i.e. within ``mel_lengths`` and outside a reference
+    cut from the target itself (XTTS's masked prompt: copying the reference earns nothing)."""
+    mask = tf.sequence_mask(batch["mel_lengths"], frames)  # [B, T]
+    if REFERENCE_OFFSET_KEY not in batch:
+        return mask
+    positions = tf.range(frames)[None, :]  # [1, T]
+    start = batch[REFERENCE_OFFSET_KEY][:, None]  # [B, 1], -1: the reference came from another clip
+    end = start + tf.cast(batch["reference_lengths"], start.dtype)[:, None]
+    in_reference = (start >= 0) & (positions >= start) & (positions < end)  # [B, T]
+    return mask & ~in_reference
+
+
 def loss_normalizers(batch: dict, n_mels: int) -> dict[str, tf.Tensor]:
-    """Real counts of a batch (float32 scalars): mel elements (frames x bins), utterances and tokens. Add them
-    over micro-batches / replicas for the global batch."""
+    """Real counts of a batch (float32 scalars): mel elements (frames x bins), those the mel losses score (outside
+    a reference cut from the target), utterances and tokens. Add them over micro-batches / replicas for the
+    global batch."""
     mel_lengths = tf.cast(batch["mel_lengths"], tf.float32)  # [B]
+    unscored = reference_frames_in_target(batch)
+    scored = mel_lengths if unscored is None else mel_lengths - tf.minimum(unscored, mel_lengths)
     return {"mel_elements": tf.reduce_sum(mel_lengths) * float(n_mels),
+            "scored_mel_elements": tf.reduce_sum(scored) * float(n_mels),
             "utterances": tf.cast(tf.size(batch["mel_lengths"]), tf.float32),
             "tokens": tf.reduce_sum(tf.cast(batch["token_lengths"], tf.float32))}
 
@@ -54,7 +84,7 @@ def add_normalizers(parts: list[dict[str, tf.Tensor]]) -> dict[str, tf.Tensor]:
 def _mel_losses(batch: dict, outputs: dict, count: dict) -> dict[str, tf.Tensor]:
     target = tf.cast(batch["mel"], tf.float32)  # [B, T, n_mels]
     frames, n_mels = static_or_dynamic_dim(target, 1), static_or_dynamic_dim(target, 2)
-    frame_mask = tf.logical_and(tf.sequence_mask(batch["mel_lengths"], frames)[..., None],
+    frame_mask = tf.logical_and(scored_frame_mask(batch, frames)[..., None],
                                 tf.ones([1, 1, n_mels], tf.bool))  # [B, T, n_mels]
     before = tf.cast(outputs["mel_before"], tf.float32)
     after = tf.cast(outputs["mel_after"], tf.float32)
@@ -63,10 +93,11 @@ def _mel_losses(batch: dict, outputs: dict, count: dict) -> dict[str, tf.Tensor]
     pair_mask = tf.logical_and(frame_mask[:, 1:], frame_mask[:, :-1])  # [B, T - 1, n_mels]
     time_delta = _masked_sum(tf.abs(error[:, 1:] - error[:, :-1]), pair_mask)
     bin_delta = _masked_sum(tf.abs(error[..., 1:] - error[..., :-1]), frame_mask[..., 1:])
-    return {"mel_l1_before": _masked_sum(tf.abs(before - target), frame_mask) / count["mel_elements"],
-            "mel_l1_after": _masked_sum(tf.abs(error), frame_mask) / count["mel_elements"],
-            "mel_l2": _masked_sum(tf.square(error), frame_mask) / count["mel_elements"],
-            "mel_delta": (time_delta + bin_delta) / count["mel_elements"]}
+    scored = count["scored_mel_elements"]
+    return {"mel_l1_before": _masked_sum(tf.abs(before - target), frame_mask) / scored,
+            "mel_l1_after": _masked_sum(tf.abs(error), frame_mask) / scored,
+            "mel_l2": _masked_sum(tf.square(error), frame_mask) / scored,
+            "mel_delta": (time_delta + bin_delta) / scored}
 
 
 def binarization_schedule(step: tf.Tensor | None, start: int, ramp: int) -> tf.Tensor:

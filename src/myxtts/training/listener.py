@@ -57,7 +57,7 @@ class Listener:
                echo: Callable[[str], None] = print) -> "Listener | None":
         """None without listen_sentences, validation split or chief, or under a distribution strategy."""
         from myxtts.data.cache import FeatureCache
-        from myxtts.data.corpus import read_corpus
+        from myxtts.data.corpus import read_config_corpus
         from myxtts.synthesis import Synthesizer
 
         t = cfg.training
@@ -71,7 +71,7 @@ class Listener:
         # the pipeline's rows index the cache (both of its sources take the cache index's ids)
         chosen = choose_rows(pipeline.rows, cache.speaker_ids, t.listen_sentences)
         try:  # the transcripts, for the CER (the cache holds tokens only)
-            entries = read_corpus(cfg.corpus_path, cfg.data.corpus_format, cfg.data.language).entries
+            entries = read_config_corpus(cfg).entries
             texts = {entry.id: entry.text for entry in entries}
         except (OSError, ValueError) as err:
             texts = {}

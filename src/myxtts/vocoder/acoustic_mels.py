@@ -30,7 +30,7 @@ def write_acoustic_mels(cfg: Any, acoustic_run: str | Path, out_dir: Path, progr
     from tqdm import tqdm
 
     from myxtts.data.cache import FeatureCache, audio_file, write_utterance
-    from myxtts.data.corpus import read_corpus
+    from myxtts.data.corpus import read_config_corpus
     from myxtts.evaluation.evaluate import pick_reference
     from myxtts.synthesis import Synthesizer
     from myxtts.synthesis.teacher_forcing import TeacherForcing
@@ -47,8 +47,7 @@ def write_acoustic_mels(cfg: Any, acoustic_run: str | Path, out_dir: Path, progr
     if (out_dir / SOURCE_FILE).is_file() and json.loads((out_dir / SOURCE_FILE).read_text()) == source:
         echo(f"acoustic mels: reusing {out_dir} ({source['checkpoint']})")
         return out_dir
-    entries = {entry.id: entry for entry in read_corpus(cfg.corpus_path, cfg.data.corpus_format,
-                                                        cfg.data.language).entries}
+    entries = {entry.id: entry for entry in read_config_corpus(cfg).entries}
     pool = [entries[utterance_id] for utterance_id in cache.ids if utterance_id in entries]
     rows = {utterance_id: row for row, utterance_id in enumerate(cache.ids)}
     teacher = TeacherForcing(synthesizer)
