@@ -1,5 +1,6 @@
 """Corpus commands: `myxtts corpus espeak` renders a synthetic multi-speaker corpus with espeak-ng (the library
-bundled by the espeakng-loader wheel)."""
+bundled by the espeakng-loader wheel); `myxtts corpus transcribe` cuts recordings of one speaker into clips that
+Whisper transcribes (myxtts.data.transcribe_corpus)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import click
 
 from myxtts.cli.common import clean_errors
 from myxtts.data.espeak_corpus import EspeakMissingError, EspeakRenderError
+from myxtts.evaluation.whisper_listener import WhisperError
 
 
 @click.group("corpus")
@@ -51,6 +53,33 @@ def espeak_command(transcripts: str | None, out_dir: str, sentences: int | None,
                            seed=seed, progress=not no_progress)
     click.echo(result.summary())
     click.echo(f"train on it with: data.corpus_format: list, data.corpus_path: {result.list_file}")
+
+
+@corpus_group.command("transcribe")
+@click.argument("recordings", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Output folder (new, empty, or this command's earlier output): list.txt, wavs/, rejected.csv.")
+@click.option("--speaker", default="speaker", show_default=True, help="The speaker name written in list.txt.")
+@click.option("--min-seconds", type=float, default=2.0, show_default=True, help="Shortest clip.")
+@click.option("--max-seconds", type=float, default=10.0, show_default=True, help="Longest clip.")
+@click.option("--min-confidence", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
+              help="A clip whose words' mean Whisper probability is lower is rejected (low_confidence).")
+@click.option("--whisper-model", default=None,
+              help="A Whisper model name (tiny.en, base.en, small.en, ...) or a CTranslate2 model folder; default "
+                   "$MYXTTS_WHISPER_MODEL or tiny.en. Larger models transcribe better and slower.")
+@clean_errors(ValueError, OSError, WhisperError)
+def transcribe_command(recordings: tuple[str, ...], out_dir: str, speaker: str, min_seconds: float,
+                       max_seconds: float, min_confidence: float, whisper_model: str | None) -> None:
+    """Cut recordings of one speaker (no transcripts) into 2-10 s clips at pauses, transcribed by Whisper: a list
+    corpus for `myxtts prepare` (data.corpus_format: list)."""
+    from myxtts.data.transcribe_corpus import transcribe_recordings
+    from myxtts.evaluation.whisper_listener import WhisperListener
+
+    listener = WhisperListener(whisper_model)
+    result = transcribe_recordings(recordings, out_dir, listener, speaker=speaker, min_seconds=min_seconds,
+                                   max_seconds=max_seconds, min_confidence=min_confidence, echo=click.echo)
+    click.echo(result.summary())
+    click.echo(f"prepare it with: --set data.corpus_format=list --set data.corpus_path={result.list_file}")
 
 
 COMMANDS = [corpus_group]
