@@ -339,3 +339,32 @@ def test_mel_sharpening_sharpens_every_said_mel_before_the_vocoder(synthesizer):
         np.testing.assert_allclose(after.mel, sharpen_across_bins(before.mel, 0.5).numpy(), atol=1e-4)
         assert not np.allclose(after.mel, before.mel, atol=1e-3)
         np.testing.assert_array_equal(after.waveform, np.asarray(synthesizer.vocoder(after.mel)))
+
+
+def test_a_long_reference_gives_its_middle_windows_averaged(tiny_run, synthesizer, tmp_path):
+    """model.reference_windows N: a clip longer than data.reference_frames gives up to N consecutive windows from
+    its middle, and the voice is the mean of their latents; 1 (the default) is the middle window alone."""
+    import yaml
+
+    from myxtts.audio import load_audio
+    from myxtts.data.mel_stats import reference_crop, reference_windows
+    from myxtts.synthesis import Synthesizer
+
+    clip = max(bundled_wavs(6), key=lambda path: soundfile.info(str(path)).frames)  # several windows long
+    raw = yaml.safe_load((tiny_run / "config.yaml").read_text(encoding="utf-8"))
+    raw["model"]["reference_windows"] = 3
+    (tmp_path / "windows.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    windowed = Synthesizer.from_run(tiny_run, config=tmp_path / "windows.yaml")
+    frames = synthesizer.cfg.data.reference_frames
+    log_mel = synthesizer.frontend(load_audio(clip, synthesizer.sample_rate)).numpy()  # [time, n_mels]
+    assert log_mel.shape[0] >= 3 * frames
+    windows = reference_windows(log_mel, frames, synthesizer.mel_stats, 3)
+    assert len(windows) == 3 and all(length == frames for _, length in windows)
+    middle = reference_crop(log_mel, frames, synthesizer.mel_stats)[0]
+    np.testing.assert_array_equal(windows[1][0], middle)  # the three windows sit around the middle crop
+    latents = synthesizer.decoder.latents(np.stack([mel for mel, _ in windows]), np.full([3], frames, np.int32),
+                                          synthesizer.batch_size)  # [3, K, d]
+    np.testing.assert_allclose(windowed.voice(clip), latents.mean(axis=0), atol=1e-5)
+    assert not np.allclose(windowed.voice(clip), synthesizer.voice(clip), atol=1e-4)
+    short = reference_windows(log_mel[: frames + 10], frames, synthesizer.mel_stats, 3)
+    assert len(short) == 1  # only one window fits: the middle crop, as with 1

@@ -153,6 +153,10 @@ class ModelConfig:
     # predicted; > 1 livelier, as FastPitch's pitch amplification): a predictor trained by MSE says a flatter contour
     # than the voice's; every mel the model says, not its training or teacher forcing
     pitch_variation: float = 1.0
+    # synthesis: a reference clip longer than data.reference_frames gives up to this many consecutive windows of that
+    # length from its middle, their speaker latents averaged with the other windows' and clips' (1: its middle window
+    # alone); every voice the model is given (synthesize, serve, evaluate, the benchmarks), not its training
+    reference_windows: int = 1
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ POSITIVE_KEYS = ("data.max_text_length", "data.max_mel_frames", "data.batch_size
                  "model.text_layers", "model.decoder_layers", "model.conditioning_layers",
                  "model.num_speaker_latents", "model.prenet_dim", "model.postnet_channels",
                  "model.decoder_conv_blocks", "model.text_ff_kernel", "model.reduction_factor",
-                 "model.max_attention_sequence_length", "training.max_steps", "training.learning_rate",
+                 "model.max_attention_sequence_length", "model.reference_windows", "training.max_steps", "training.learning_rate",
                  "training.gradient_accumulation_steps", "training.steps_per_execution",
                  "training.max_nonfinite_steps", "training.log_every", "training.validate_every",
                  "training.checkpoint_every", "training.keep_checkpoints")

@@ -141,6 +141,19 @@ def reference_crop(log_mel: np.ndarray, frames: int, mel_stats: MelStats) -> tup
     return padded, int(mel.shape[0])
 
 
+def reference_windows(log_mel: np.ndarray, frames: int, mel_stats: MelStats,
+                      windows: int) -> list[tuple[np.ndarray, int]]:
+    """Up to ``windows`` consecutive ``frames``-long windows from the middle of a real log mel (as many as fit, at
+    least one: ``reference_crop`` when one), each normalised, with its true length: what averaging a long reference
+    clip's latents over several windows reads, instead of its middle window alone."""
+    count = max(1, min(int(windows), int(np.asarray(log_mel).shape[0]) // frames))
+    if count == 1:
+        return [reference_crop(log_mel, frames, mel_stats)]
+    mel = mel_stats.normalize(np.asarray(log_mel, np.float32))
+    start = (mel.shape[0] - count * frames) // 2
+    return [(mel[start + i * frames:start + (i + 1) * frames].astype(np.float32), frames) for i in range(count)]
+
+
 class MelStatsAccumulator:
     """Per-bin mean and variance over many utterances in float64, without holding them.
 

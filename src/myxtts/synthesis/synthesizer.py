@@ -32,7 +32,7 @@ import numpy as np
 from myxtts.audio import MelFrontend, load_audio, sharpen_across_bins
 from myxtts.config import Config
 from myxtts.data.language import run_text_processor
-from myxtts.data.mel_stats import MelStats, reference_crop
+from myxtts.data.mel_stats import MelStats, reference_crop, reference_windows
 from myxtts.model import TTSModel
 from myxtts.synthesis.decoding import CompiledDecoder
 from myxtts.synthesis.lengths import LengthPolicy
@@ -188,12 +188,14 @@ class Synthesizer:
 
     def voice(self, references: References) -> np.ndarray:
         """One reference clip or several of the same speaker -> the voice: the conditioning encoder's latents
-        ``[K, d]``, averaged over the clips (each clip's middle ``data.reference_frames`` frames; several clips
-        give the encoder more of the voice than one crop holds). ``synthesize(..., voices=...)`` takes them."""
+        ``[K, d]``, averaged over the clips (each clip's middle ``data.reference_frames`` frames, or with
+        ``model.reference_windows`` N > 1 up to N consecutive windows of that length from a long clip's middle;
+        several clips and windows give the encoder more of the voice than one crop holds).
+        ``synthesize(..., voices=...)`` takes them."""
         clips = list(references) if isinstance(references, (list, tuple)) else [references]
         if not clips:
             raise ValueError("No reference clip: pass at least one.")
-        mels = [self._reference_mel(clip) for clip in clips]
+        mels = [window for clip in clips for window in self._reference_windows(clip)]
         return self._latents_of([mel for mel, _ in mels], [length for _, length in mels]).mean(axis=0)
 
     def warm_up(self, num_tokens: int | None = None, batch_size: int | None = None) -> None:
@@ -217,14 +219,24 @@ class Synthesizer:
         """A reference clip (path in any format, or a waveform at the configured rate) -> the normalised
         conditioning mel ``[data.reference_frames, n_mels]`` (centre crop, or zero padding after normalising, as
         the pipeline) and its true length."""
-        if isinstance(reference, (str, os.PathLike)):
-            waveform = load_audio(reference, self.sample_rate)  # raises AudioError naming the file
-        else:
-            waveform = np.asarray(reference, dtype=np.float32)
-            if waveform.ndim != 1 or waveform.size == 0 or not np.all(np.isfinite(waveform)):
-                raise ValueError("A reference waveform must be a non-empty finite 1-D float array at "
-                                 f"audio.sample_rate ({self.sample_rate} Hz).")
+        waveform = self._reference_waveform(reference)
         return reference_crop(self.frontend(waveform).numpy(), self.cfg.data.reference_frames, self.mel_stats)
+
+    def _reference_windows(self, reference: Reference) -> list[tuple[np.ndarray, int]]:
+        """A reference clip -> its normalised conditioning windows (``model.reference_windows``), each
+        ``[data.reference_frames, n_mels]`` with its true length."""
+        waveform = self._reference_waveform(reference)
+        return reference_windows(self.frontend(waveform).numpy(), self.cfg.data.reference_frames, self.mel_stats,
+                                 self.cfg.model.reference_windows)
+
+    def _reference_waveform(self, reference: Reference) -> np.ndarray:
+        if isinstance(reference, (str, os.PathLike)):
+            return load_audio(reference, self.sample_rate)  # raises AudioError naming the file
+        waveform = np.asarray(reference, dtype=np.float32)
+        if waveform.ndim != 1 or waveform.size == 0 or not np.all(np.isfinite(waveform)):
+            raise ValueError("A reference waveform must be a non-empty finite 1-D float array at "
+                             f"audio.sample_rate ({self.sample_rate} Hz).")
+        return waveform
 
     def _latents_of(self, reference_mels: Sequence[np.ndarray], reference_lengths: Sequence[int]) -> np.ndarray:
         """Normalised reference mels (``reference_mel``) -> one voice each, latents ``[R, K, d]``."""
