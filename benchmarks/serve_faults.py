@@ -53,7 +53,7 @@ def percentile(values: list[float], fraction: float) -> float | None:
 def raw_request(port: int, body: bytes, declared: int | None = None, timeout: float = 30.0) -> socket.socket:
     """A POST to /v1/audio/speech on a raw socket (``declared``: the Content-Length to claim)."""
     connection = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    connection.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+    connection.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                        + f"Content-Length: {len(body) if declared is None else declared}\r\n\r\n".encode() + body)
     return connection
 
@@ -119,7 +119,7 @@ class Abusers:
     def slowloris(self) -> None:
         """Headers one byte a second; returns when the server closes the connection or the phase ends."""
         started = time.perf_counter()
-        head = b"POST /v1/audio/speech HTTP/1.1\r\nHost: bench\r\nX-Padding: " + b"a" * 10_000
+        head = b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"a" * 10_000
         with socket.create_connection(("127.0.0.1", self.port), timeout=5) as connection:
             closed = False
             for byte in head:

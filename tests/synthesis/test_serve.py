@@ -177,7 +177,7 @@ def test_a_client_leaving_mid_stream_does_not_disturb_the_server(server):
         long_text = f"{long_text} {text}".strip()
     body = json.dumps({"input": long_text, "voice": "linda"}).encode()
     with socket.create_connection((host, int(port)), timeout=60) as connection:
-        connection.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        connection.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                            + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
         assert connection.recv(64).startswith(b"HTTP/1.1 200")  # headers, then it leaves
     status, _, pcm = _post(url, {"input": CLIENT_TEXTS[0], "voice": "linda", "response_format": "pcm"})
@@ -214,7 +214,7 @@ def test_a_client_that_leaves_after_its_first_chunk_has_at_most_a_few_of_its_40_
     host, port = url.removeprefix("http://").split(":")
     body = json.dumps({"input": text, "voice": "linda", "response_format": "pcm"}).encode()
     with socket.create_connection((host, int(port)), timeout=60) as connection:
-        connection.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        connection.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                            + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
         answer = b""
         while not answer.partition(b"\r\n\r\n")[2]:  # the headers, then the first piece's audio begins

@@ -93,7 +93,7 @@ def _error_of(payload: bytes) -> dict:
 
 def test_a_huge_content_length_is_refused_before_the_body_is_read(bounded):
     url, engine = bounded
-    status, headers, payload = _raw_exchange(url, b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\n"
+    status, headers, payload = _raw_exchange(url, b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                                   b"Content-Type: application/json\r\nContent-Length: 1000000000\r\n"
                                                   b"\r\n{\"input\":")
     assert status == 413 and headers["content-type"] == "application/json"
@@ -106,7 +106,7 @@ def test_a_chunked_body_is_refused_as_soon_as_it_passes_the_limit(bounded):
     body = json.dumps({"input": "Hello there. " * 400, "voice": "linda"}).encode()  # no Content-Length
     chunks = b"".join(f"{len(body[i:i + 1000]):x}\r\n".encode() + body[i:i + 1000] + b"\r\n"
                       for i in range(0, len(body), 1000))
-    status, _, payload = _raw_exchange(url, b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\n"
+    status, _, payload = _raw_exchange(url, b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                             b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
                                             + chunks + b"0\r\n\r\n")
     assert status == 413 and _error_of(payload)["code"] == "request_too_large"
@@ -114,7 +114,7 @@ def test_a_chunked_body_is_refused_as_soon_as_it_passes_the_limit(bounded):
 
 def test_a_body_that_stops_arriving_is_answered_408(bounded):
     url, _ = bounded
-    status, _, payload = _raw_exchange(url, b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\n"
+    status, _, payload = _raw_exchange(url, b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                             b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"input\":")
     assert status == 408 and _error_of(payload)["code"] == "timeout"
 
@@ -125,7 +125,7 @@ def test_headers_that_arrive_too_slowly_close_the_connection(bounded):
     url, engine = bounded
     host, port = url.removeprefix("http://").split(":")
     # a byte per 0.2 s: the head is not complete after 6 s (the deadline is 1 s), nor would it be for ever
-    head = b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"a" * 200
+    head = b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"a" * 200
     closed_after = None
     with socket.create_connection((host, int(port)), timeout=0.2) as connection:
         for sent, byte in enumerate(head[:30]):
@@ -224,7 +224,7 @@ def test_open_streams_wait_without_holding_a_thread(bounded):
     with engine_held(engine) as inside, contextlib.ExitStack() as clients:
         for _ in range(2):
             connection = clients.enter_context(socket.create_connection((host, int(port)), timeout=20))
-            connection.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            connection.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                                + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
             assert connection.recv(64).startswith(b"HTTP/1.1 200")
         inside.wait(60)
@@ -319,7 +319,7 @@ def test_sigterm_lets_a_short_stream_finish_cuts_a_stalled_one_and_exits_0(paral
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         stalled.settimeout(60)
         stalled.connect(("127.0.0.1", port))
-        stalled.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        stalled.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                         + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
         received = stalled.recv(4096)
         assert received.startswith(b"HTTP/1.1 200"), received
@@ -345,3 +345,54 @@ def test_sigterm_lets_a_short_stream_finish_cuts_a_stalled_one_and_exits_0(paral
     output = log_path.read_text()
     assert f"the {grace} s grace period is over, 1 stream(s) still open cut" in output, output
     assert re.search(r"request req_\w+: stream cancelled after \d+ of \d+ pieces", output), output
+
+
+def test_cross_site_requests_are_refused_before_the_engine(bounded):
+    """A web page the user visits cannot drive the server: a text/plain POST (a "simple" cross-site request) is 415,
+    a foreign Host (DNS rebinding) or Origin is 403, all in OpenAI's error shape; the server's own origin passes."""
+    url, engine = bounded
+    port = url.rsplit(":", 1)[1]
+    body = json.dumps({"input": TRANSCRIPTS[1], "voice": "linda"}).encode()
+    head = f"POST /v1/audio/speech HTTP/1.1\r\nContent-Length: {len(body)}\r\n".encode()
+    cases = [(b"Host: 127.0.0.1:" + port.encode() + b"\r\nContent-Type: text/plain\r\n", 415,
+              "unsupported_media_type"),
+             (b"Host: evil.example:" + port.encode() + b"\r\nContent-Type: application/json\r\n", 403,
+              "host_not_allowed"),
+             (b"Host: 127.0.0.1:" + port.encode() + b"\r\nOrigin: http://evil.example\r\nContent-Type: "
+              b"application/json\r\n", 403, "origin_not_allowed"),
+             (b"Host: localhost:" + port.encode() + b"\r\nOrigin: null\r\nContent-Type: application/json\r\n", 403,
+              "origin_not_allowed")]
+    served = engine.served
+    for headers, expected, code in cases:
+        status, _, payload = _raw_exchange(url, head + headers + b"Connection: close\r\n\r\n" + body)
+        assert status == expected and _error_of(payload)["code"] == code, payload
+    assert engine.served == served  # none reached the engine
+    same_site = (b"Host: localhost:" + port.encode() + b"\r\nOrigin: http://localhost:" + port.encode()
+                 + b"\r\nContent-Type: application/json; charset=utf-8\r\nConnection: close\r\n\r\n")
+    status, _, _ = _raw_exchange(url, head + same_site + body, timeout=120)
+    assert status == 200
+
+
+def test_a_connection_flood_is_answered_503_and_the_server_recovers(bounded):
+    """Past max_connections open connections a new one gets 503 at once (uvicorn's limit_concurrency) instead of
+    the process running out of file descriptors; once they close, /health answers again."""
+    from myxtts.synthesis.server_limits import ServerLimits
+    from myxtts.synthesis.serving import SpeechEngine
+
+    _, shared = bounded
+    engine = SpeechEngine(shared.synthesizer, {"linda": bundled_wavs(1)[0]}, batch_size=4,
+                          limits=ServerLimits(max_connections=3, header_timeout=30.0, max_characters=600))
+    with running_server(engine) as url:
+        host, port = url.removeprefix("http://").split(":")
+        idle = [socket.create_connection((host, int(port)), timeout=30) for _ in range(3)]
+        try:
+            for connection in idle:  # a request head that never ends: each holds its connection
+                connection.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            _wait_until(lambda: _raw_exchange(url, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                                   b"Connection: close\r\n\r\n")[0] == 503, seconds=30)
+        finally:
+            for connection in idle:
+                connection.close()
+        _wait_until(lambda: _raw_exchange(url, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                               b"Connection: close\r\n\r\n")[0] == 200, seconds=30)
+        assert _health(url)["limits"]["max_connections"] == 3

@@ -208,6 +208,12 @@ def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:
 @click.option("--send-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0,
               show_default=True, help="Seconds one piece's audio may take to reach the client; a client that stops "
                                       "reading is dropped and its pieces freed.")
+@click.option("--max-connections", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Open connections at once (503 beyond): a flood of idle sockets cannot exhaust the process' file "
+                   "descriptors.")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="A host name clients reach the server by (a DNS name, a proxy's), besides the bind address: "
+                   "requests with another Host header, or from another site's page (Origin), get 403 (repeatable).")
 @click.option("--shutdown-grace", type=click.FloatRange(min=0), default=20.0, show_default=True,
               help="On SIGTERM or Ctrl-C: stop accepting, give the streams in flight this many seconds to finish, "
                    "cut the rest, exit 0 (a second signal cuts them at once).")
@@ -215,7 +221,7 @@ def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:
 @clean_errors(ValueError, OSError)
 def serve_command(run_dir, voice_specs, host, port, batch_size, small_batches, max_characters, max_pieces,
                   max_body_bytes, header_timeout, body_timeout, max_requests_in_flight, max_queued_pieces, send_timeout,
-                  shutdown_grace, vocoder_path) -> None:
+                  max_connections, allowed_hosts, shutdown_grace, vocoder_path) -> None:
     """An HTTP server: OpenAI-compatible POST /v1/audio/speech streamed sentence by sentence, GET /health
     (needs the serve extra: pip install -e '.[serve]'). Every limit is answered in OpenAI's error shape."""
     try:
@@ -230,7 +236,8 @@ def serve_command(run_dir, voice_specs, host, port, batch_size, small_batches, m
     limits = ServerLimits(max_body_bytes=max_body_bytes, header_timeout=header_timeout, body_timeout=body_timeout,
                           max_characters=max_characters,
                           max_pieces=max_pieces, max_requests_in_flight=max_requests_in_flight,
-                          max_queued_pieces=max_queued_pieces, send_timeout=send_timeout)  # before the model loads
+                          max_queued_pieces=max_queued_pieces, send_timeout=send_timeout,
+                          max_connections=max_connections)  # before the model loads
     voices = _voices(voice_specs)
     synthesizer = Synthesizer.from_run(run_dir, batch_size=batch_size, vocoder=vocoder_path)
     engine = SpeechEngine(synthesizer, voices, batch_size=batch_size, limits=limits,
@@ -239,7 +246,7 @@ def serve_command(run_dir, voice_specs, host, port, batch_size, small_batches, m
                f"{engine.warmup_seconds:.1f} s; vocoder {vocoder_name(synthesizer.vocoder, vocoder_path)}; voices "
                f"{sorted(voices)}; serving on http://{host}:{port} (POST /v1/audio/speech, GET /health)")
     try:
-        serve(engine, host=host, port=port, shutdown_grace=shutdown_grace)
+        serve(engine, host=host, port=port, shutdown_grace=shutdown_grace, allowed_hosts=allowed_hosts)
     finally:
         engine.close()
     click.echo(f"shut down: {engine.served} pieces served")

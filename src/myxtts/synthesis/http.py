@@ -6,7 +6,11 @@
     GET /health -> {"status": "ok", "voices": [...], "compiles_after_warmup": 0, "backlog": {...}, "limits": {...}}
 
 A connection whose request line and headers do not all arrive within ``header_timeout`` is closed
-(``head_deadline_protocol``). Every refusal is a JSON error in OpenAI's shape (``{"error": {"message", "type",
+(``head_deadline_protocol``); above ``max_connections`` open connections a new one is answered 503 (uvicorn's
+``limit_concurrency``). Cross-site requests are refused before any route (``SameOriginGuard``): a Host header that
+is not the server's own (its bind address and port, or ``allowed_hosts``; DNS rebinding) and an Origin header of
+another site get 403, and the speech endpoint takes ``Content-Type: application/json`` only (415), so a web page the
+user visits cannot POST to it as a "simple" form or text request. Every refusal is a JSON error in OpenAI's shape (``{"error": {"message", "type",
 "param", "code"}}``) and never reaches the engine: a body over ``max_body_bytes`` (413, from Content-Length or
 while reading, before parsing), a body not received within ``body_timeout`` (408), malformed JSON, missing or
 mistyped fields, empty input, input over ``max_characters`` or ``max_pieces`` (400), an unknown voice or format, a
@@ -74,6 +78,66 @@ def _call_from_thread(loop: asyncio.AbstractEventLoop, callback) -> None:
         pass
 
 
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+PUBLIC_BINDS = ("0.0.0.0", "::", "")
+
+
+def allowed_hosts_for(host: str, extra: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+    """The host names (the Host header without its port) a server bound to ``host`` answers: every loopback name for
+    a loopback bind, the address itself for another one, plus ``extra`` (names the clients use, e.g. a DNS name).
+    None: any name (a public bind without ``extra``; a proxy in front decides)."""
+    names = list(LOOPBACK_NAMES) if host in ("127.0.0.1", "localhost", "::1") else \
+        [] if host in PUBLIC_BINDS else [f"[{host}]" if ":" in host else host]
+    names += [host_name(name) for name in extra]
+    return tuple(sorted({name.lower() for name in names})) if names else None
+
+
+def host_name(value: str) -> str:
+    """``localhost:8000`` -> ``localhost``, ``[::1]:8000`` -> ``[::1]``, ``http://a.b:1/`` -> ``a.b`` (lowercase)."""
+    value = value.strip().lower().split("://", 1)[-1].split("/", 1)[0]
+    if value.startswith("["):
+        return value.split("]", 1)[0] + "]"
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+class SameOriginGuard:
+    """ASGI middleware: 403 for a Host the server does not answer to or an Origin of another site, 415 for a POST
+    whose body is not declared ``application/json`` (module docstring). A pure ASGI wrapper, so the streamed audio
+    responses pass through untouched."""
+
+    def __init__(self, app: Any, allowed_hosts: tuple[str, ...] | None) -> None:
+        self.app, self.allowed_hosts = app, allowed_hosts
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
+        problem = self.problem(scope["method"], headers)
+        if problem is None:
+            return await self.app(scope, receive, send)
+        status, message, code = problem
+        LOG.warning("refused %s %s from %s: %s", scope["method"], scope.get("path", ""),
+                    "%s:%d" % tuple(scope["client"]) if scope.get("client") else "?", message)
+        await _error(status, message, code=code, headers={"Connection": "close"})(scope, receive, send)
+
+    def problem(self, method: str, headers: dict[str, str]) -> tuple[int, str, str] | None:
+        """(status, message, code) of a refused request, or None."""
+        host = host_name(headers.get("host", ""))
+        if self.allowed_hosts is not None and host not in self.allowed_hosts:
+            return 403, (f"Host {host!r} is not this server's ({', '.join(self.allowed_hosts)}); start `myxtts serve` "
+                         "with --allowed-host NAME to answer another name."), "host_not_allowed"
+        origin = headers.get("origin")
+        if origin is not None:  # a browser's request from a page ("null": a sandboxed or local file page)
+            allowed = self.allowed_hosts if self.allowed_hosts is not None else (host,)
+            if origin.strip().lower() == "null" or host_name(origin) not in allowed:
+                return 403, f"Cross-site requests are refused (Origin {origin!r}).", "origin_not_allowed"
+        content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if method == "POST" and content_type != "application/json":
+            return 415, (f"The request body must be JSON sent as Content-Type: application/json, got "
+                         f"{content_type or 'none'!r}."), "unsupported_media_type"
+        return None
+
+
 def _response_class():
     from starlette.responses import Response
 
@@ -134,8 +198,9 @@ def _response_class():
     return AudioResponse
 
 
-def create_app(engine: SpeechEngine) -> Any:
-    """The FastAPI application: ``POST /v1/audio/speech`` and ``GET /health`` over ``engine``.
+def create_app(engine: SpeechEngine, allowed_hosts: tuple[str, ...] | None = None) -> Any:
+    """The FastAPI application: ``POST /v1/audio/speech`` and ``GET /health`` over ``engine``, behind
+    ``SameOriginGuard`` with ``allowed_hosts`` (None: any Host, cross-site Origins still refused).
 
     The routes, the request body model and the error handlers are closures over the engine and its limits, as
     FastAPI applications are written, so they live in this one function; the streaming is ``speech_stream``'s."""
@@ -213,7 +278,7 @@ def create_app(engine: SpeechEngine) -> Any:
         prefix = wav_header(rate) if body.response_format == "wav" else b""
         return audio_response(stream, FORMATS[body.response_format], headers, prefix, limits.send_timeout, request_id)
 
-    return app
+    return SameOriginGuard(app, allowed_hosts)
 
 
 def head_deadline_protocol(header_timeout: float) -> type:
@@ -269,16 +334,20 @@ def head_deadline_protocol(header_timeout: float) -> type:
     return HeadDeadlineProtocol
 
 
-def uvicorn_config(engine: SpeechEngine, host: str, port: int, log_level: str = "info", **options: Any):
-    """The uvicorn configuration ``serve`` runs ``create_app(engine)`` with (the tests run the same)."""
+def uvicorn_config(engine: SpeechEngine, host: str, port: int, log_level: str = "info",
+                   allowed_hosts: tuple[str, ...] = (), **options: Any):
+    """The uvicorn configuration ``serve`` runs ``create_app(engine)`` with (the tests run the same): the host
+    names of the bind (``allowed_hosts_for``, plus ``allowed_hosts``) and ``max_connections``."""
     import uvicorn
 
-    return uvicorn.Config(create_app(engine), host=host, port=port, log_level=log_level,
-                          http=head_deadline_protocol(engine.limits.header_timeout), **options)
+    app = create_app(engine, allowed_hosts_for(host, tuple(allowed_hosts)))
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                          http=head_deadline_protocol(engine.limits.header_timeout),
+                          limit_concurrency=engine.limits.max_connections, **options)
 
 
 def serve(engine: SpeechEngine, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
-          shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE) -> None:
+          shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE, allowed_hosts: tuple[str, ...] = ()) -> None:
     """Serve until SIGTERM or Ctrl-C, then shut down within ``shutdown_grace`` seconds (module docstring) and
     return; the caller closes the engine."""
     import uvicorn
@@ -322,7 +391,8 @@ def serve(engine: SpeechEngine, host: str = "127.0.0.1", port: int = 8000, log_l
                 cut_open_streams("a second signal")  # only a forced exit leaves any
 
     # uvicorn's own timeout cancels the response tasks a little after the grace period, should one not have ended
-    config = uvicorn_config(engine, host, port, log_level, timeout_graceful_shutdown=math.ceil(shutdown_grace) + 5)
+    config = uvicorn_config(engine, host, port, log_level, allowed_hosts=allowed_hosts,
+                            timeout_graceful_shutdown=math.ceil(shutdown_grace) + 5)
     if not LOG.handlers:  # the request-id lines go where uvicorn's own go, at its level (Config set them up)
         LOG.handlers, LOG.propagate = list(logging.getLogger("uvicorn").handlers), False
         LOG.setLevel(log_level.upper())

@@ -35,10 +35,13 @@ class ServerLimits:
     max_requests_in_flight: int = 64
     max_queued_pieces: int = 512
     send_timeout: float = 30.0
+    # open connections at once (uvicorn's limit_concurrency, answered 503 above it): each idle one holds a file
+    # descriptor for header_timeout, so a flood cannot exhaust the process' descriptors (1,024 by default)
+    max_connections: int = 512
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_characters", "max_pieces", "max_requests_in_flight",
-                     "max_queued_pieces"):
+                     "max_queued_pieces", "max_connections"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"Server limit {name} must be a positive whole number, got {getattr(self, name)!r}.")
         for name in ("header_timeout", "body_timeout", "send_timeout"):
