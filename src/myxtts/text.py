@@ -41,12 +41,18 @@ _TYPOGRAPHIC = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u20
                               "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u00ab": '"', "\u00bb": '"',
                               "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-",
                               "\u2015": "-", "\u2026": "...", "&": " and ", "[": "(", "]": ")"})
+# Latin letters NFKD leaves whole, spoken as the ASCII an English reader says for them (the english cleaner)
+_LATIN_LETTERS = str.maketrans({"ß": "ss", "æ": "ae", "Æ": "Ae", "ø": "o", "Ø": "O", "œ": "oe", "Œ": "Oe",
+                                "ł": "l", "Ł": "L", "đ": "d", "Đ": "D", "þ": "th", "Þ": "Th", "ð": "dh",
+                                "Ð": "Dh", "ı": "i", "ħ": "h", "ŋ": "ng"})
 CLEANERS = ("english", "basic")
 
 
 class TextError(ValueError):
-    """A transcript that cannot be encoded; ``reason`` is ``empty_text``, ``no_known_characters`` (nothing the
-    front-end knows after normalisation) or ``nothing_to_pronounce`` (only punctuation, or no phonemes)."""
+    """A transcript that cannot be encoded; ``reason`` is ``empty_text``, ``unpronounceable`` (letters of another
+    script or a currency sign the english cleaner has no word for: refused, never dropped), ``no_known_characters``
+    (nothing the front-end knows after normalisation) or ``nothing_to_pronounce`` (only punctuation, or no
+    phonemes)."""
 
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason
@@ -63,7 +69,7 @@ def normalize_text(text: str, cleaner: str = "english") -> str:
     if cleaner not in CLEANERS:
         raise ValueError(f"Unknown text cleaner {cleaner!r} (config key 'text.cleaner'); use one of {CLEANERS}.")
     if cleaner == "english":
-        text = unicodedata.normalize("NFKD", text).translate(_TYPOGRAPHIC)
+        text = unicodedata.normalize("NFKD", text).translate(_TYPOGRAPHIC).translate(_LATIN_LETTERS)
         text = expand_numbers(text)  # before ASCII: '£' and '€' have no ASCII form
         text = "".join(char for char in text if not unicodedata.combining(char))
         text = text.encode("ascii", "ignore").decode("ascii")
@@ -73,6 +79,26 @@ def normalize_text(text: str, cleaner: str = "english") -> str:
     else:
         text = text.lower()
     return _WHITESPACE.sub(" ", text).strip()
+
+
+def unpronounceable_characters(text: str, cleaner: str = "english") -> list[str]:
+    """The letters, digits and currency signs of ``text`` that the english cleaner cannot turn into English words
+    (another script: "北京", "Москва"; a currency sign it has no word for), in order of first appearance: what
+    ``TextProcessor`` refuses rather than drop silently. Other symbols ('#', '@', emoji) carry no word and are
+    left out as punctuation is. [] for the basic cleaner (its vocabulary decides)."""
+    if cleaner != "english":
+        return []
+    folded = unicodedata.normalize("NFKD", text).translate(_TYPOGRAPHIC).translate(_LATIN_LETTERS)
+    spoken = set(expand_numbers(folded))  # currency signs followed or preceded by an amount become words
+    found: list[str] = []
+    for char in folded:
+        category = unicodedata.category(char)
+        if (category[0] in "LN" or category == "Sc") and not char.isascii() and not unicodedata.combining(char):
+            if category == "Sc" and char not in spoken:
+                continue  # an amount's sign, spelled out by expand_numbers
+            if char not in found:
+                found.append(char)
+    return found
 
 
 class Vocabulary:
@@ -257,6 +283,12 @@ class TextProcessor:
             if not text or not text.strip():
                 raise TextError("empty_text", "Transcript is empty; give the clip a transcript or remove it "
                                 "from the metadata.")
+            unknown = unpronounceable_characters(text, self.cfg.cleaner)
+            if unknown:
+                raise TextError("unpronounceable", f"Text {text[:60]!r} holds characters the {self.cfg.cleaner} "
+                                f"front-end cannot say: {' '.join(repr(char) for char in unknown[:8])}"
+                                f"{' ...' if len(unknown) > 8 else ''} (another script, or a symbol with no English "
+                                "word); write them in English (a transliteration) or remove them.")
         encoded = []
         for text, symbols in zip(texts, self.to_symbols_many(texts)):
             table = self.vocabulary.symbol_to_id

@@ -34,6 +34,20 @@ def _below_thousand(number: int) -> str:
     return " ".join(words)
 
 
+# integers with more digits are read digit by digit in groups of three ("one two three, four five six"): past the
+# named scales, and never through int() (Python refuses to convert 4,301 digits or more)
+LONGEST_SPOKEN_NUMBER = 15
+
+
+def spoken_integer(digits: str) -> str:
+    """A run of ASCII digits -> its words: a cardinal up to LONGEST_SPOKEN_NUMBER digits, else digit groups."""
+    if len(digits) <= LONGEST_SPOKEN_NUMBER:
+        return cardinal(int(digits))
+    head = len(digits) % 3 or 3
+    groups = [digits[:head]] + [digits[i:i + 3] for i in range(head, len(digits), 3)]
+    return ", ".join(" ".join(_ONES[int(digit)] for digit in group) for group in groups)
+
+
 def cardinal(number: int) -> str:
     """1234567 -> 'one million two hundred thirty-four thousand five hundred sixty-seven'."""
     if number < 0:
@@ -78,7 +92,7 @@ def year(number: int) -> str:
 def decimal(text: str) -> str:
     """'3.14' -> 'three point one four' (digits after the point one by one)."""
     whole, _, fraction = text.partition(".")
-    words = cardinal(int(whole)) if whole else "zero"
+    words = spoken_integer(whole) if whole else "zero"
     return f"{words} point " + " ".join(_ONES[int(digit)] for digit in fraction)
 
 
@@ -86,8 +100,10 @@ def _currency(match: re.Match) -> str:
     unit, units, subunit, subunits = _CURRENCIES[match.group(1)]
     whole_text, fraction_text, scale = match.group(2).replace(",", ""), match.group(3), match.group(4)
     if scale:  # "$5 million" -> "five million dollars", "$2.5 billion" -> "two point five billion dollars"
-        amount = decimal(f"{whole_text}.{fraction_text}") if fraction_text else cardinal(int(whole_text))
+        amount = decimal(f"{whole_text}.{fraction_text}") if fraction_text else spoken_integer(whole_text)
         return f"{amount} {scale.strip().lower()} {units}"
+    if len(whole_text) > LONGEST_SPOKEN_NUMBER:
+        return f"{spoken_integer(whole_text)} {units}"
     whole = int(whole_text)
     cents = int((fraction_text or "0")[:2].ljust(2, "0"))
     parts = []
@@ -100,15 +116,21 @@ def _currency(match: re.Match) -> str:
 
 def _integer(match: re.Match) -> str:
     text = match.group(0)
-    number = int(text)
-    if len(text) == 4 and 1100 <= number <= 2099:
-        return year(number)
-    return cardinal(number)
+    if len(text) == 4 and 1100 <= int(text) <= 2099:
+        return year(int(text))
+    return spoken_integer(text)
+
+
+def _ordinal(match: re.Match) -> str:
+    digits = match.group(1)
+    return ordinal(int(digits)) if len(digits) <= LONGEST_SPOKEN_NUMBER else f"number {spoken_integer(digits)}"
 
 
 _THOUSANDS_SEPARATOR = re.compile(r"\b\d{1,3}(?:,\d{3})+\b")
 _CURRENCY = re.compile(r"([$£€])\s?(\d[\d,]*)(?:\.(\d+))?(\s+(?:thousand|million|billion|trillion)\b)?",
                        re.IGNORECASE)
+# the sign after the amount, as many languages write it ("5€", "12,50 €" is not read: a comma is a separator here)
+_CURRENCY_AFTER = re.compile(r"(\d[\d,]*)(?:\.(\d+))?\s?([$£€])")
 _PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s?%")
 _ORDINAL = re.compile(r"\b(\d+)(st|nd|rd|th)\b", re.IGNORECASE)
 _DECIMAL = re.compile(r"\d*\.\d+")
@@ -118,8 +140,11 @@ _INTEGER = re.compile(r"\d+")
 def expand_numbers(text: str) -> str:
     """Spell out every number in ``text`` (currency, percentages, ordinals, decimals, years, cardinals)."""
     text = _CURRENCY.sub(_currency, text)  # before separators are removed: "$1,000.50"
+    text = _CURRENCY_AFTER.sub(lambda m: _currency(_CURRENCY.match(f"{m.group(3)}{m.group(1)}"
+                                                                   + (f".{m.group(2)}" if m.group(2) else ""))),
+                               text)
     text = _THOUSANDS_SEPARATOR.sub(lambda match: match.group(0).replace(",", ""), text)
     text = _PERCENT.sub(lambda match: f"{match.group(1)} percent", text)
-    text = _ORDINAL.sub(lambda match: ordinal(int(match.group(1))), text)
+    text = _ORDINAL.sub(_ordinal, text)
     text = _DECIMAL.sub(lambda match: decimal(match.group(0)), text)
     return _INTEGER.sub(_integer, text)

@@ -138,6 +138,30 @@ def test_unknown_characters_are_dropped():
     assert phonemes.to_symbols("hello {world} #1 @ ~") == phonemes.to_symbols("hello world one")
 
 
+@pytest.mark.parametrize("use_phonemes", [True, False])
+def test_letters_of_another_script_are_refused_naming_them_never_dropped(use_phonemes):
+    processor = TextProcessor(TextConfig(use_phonemes=use_phonemes))
+    for text, named in (("We landed in 北京 on Monday.", ["北", "京"]), ("A trip to Москва.", ["М", "о"]),
+                        ("It costs ¥500.", ["¥"])):
+        with pytest.raises(TextError) as caught:
+            processor.encode(text)
+        assert caught.value.reason == "unpronounceable"
+        assert all(repr(char) in str(caught.value) for char in named), str(caught.value)
+    # Latin letters that NFKD leaves whole are spoken, and a sign after its amount is read
+    assert normalize_text("Straße in Århus, 5€.") == "strasse in arhus, five euros."
+    assert processor.encode("Café au lait, naïve.")  # accents fold away: no refusal
+
+
+def test_long_digit_strings_are_read_in_groups_and_never_reach_int():
+    assert normalize_text("call 1234567890123456") == ("call one, two three four, five six seven, eight nine zero, "
+                                                        "one two three, four five six")
+    assert normalize_text("1234567") == "one million two hundred thirty-four thousand five hundred sixty-seven"
+    huge = normalize_text("9" * 5000)  # Python's int() refuses 4,301 digits or more: never called on them
+    assert huge.count("nine") == 5000 and huge.count(",") == 5000 // 3 - (5000 % 3 == 0)
+    assert normalize_text("$" + "1" * 20).endswith("one one, one one one dollars")
+    assert normalize_text("the " + "1" * 20 + "th").startswith("the number one one, one one one")
+
+
 def test_decode_skips_specials_and_rejects_bad_ids():
     processor = TextProcessor(CHARACTERS)
     ids = processor.encode("abc") + [PAD_ID, PAD_ID]
@@ -148,7 +172,7 @@ def test_decode_skips_specials_and_rejects_bad_ids():
 
 @pytest.mark.parametrize("use_phonemes", [True, False])
 @pytest.mark.parametrize("text,reason", [("", "empty_text"), ("   \n", "empty_text"),
-                                         ("日本語のテキスト", "no_known_characters"), ("{}#@", "no_known_characters"),
+                                         ("日本語のテキスト", "unpronounceable"), ("{}#@", "no_known_characters"),
                                          ("...", "nothing_to_pronounce"), ("?! -- (\"')", "nothing_to_pronounce")])
 def test_text_errors(text, reason, use_phonemes):
     with pytest.raises(TextError) as caught:

@@ -396,3 +396,10 @@ def test_a_connection_flood_is_answered_503_and_the_server_recovers(bounded):
         _wait_until(lambda: _raw_exchange(url, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                                b"Connection: close\r\n\r\n")[0] == 200, seconds=30)
         assert _health(url)["limits"]["max_connections"] == 3
+
+
+def test_text_in_another_script_is_a_400_naming_its_characters(bounded):
+    url, engine = bounded
+    status, _, payload = _post(url, {"input": "We landed in 北京 on Monday.", "voice": "linda"})
+    error = _error_of(payload)
+    assert status == 400 and "'北'" in error["message"] and "'京'" in error["message"], error

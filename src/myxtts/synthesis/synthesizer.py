@@ -334,6 +334,8 @@ class Synthesizer:
             except TextError as err:
                 if not any(char.isalnum() for char in piece.text):
                     continue  # punctuation alone: nothing to say, nothing lost
+                if err.reason == "unpronounceable":  # names the characters
+                    raise TextError(err.reason, f"The piece {piece.text[:80]!r} cannot be spoken: {err}") from None
                 raise TextError(err.reason, f"The piece {piece.text[:80]!r} cannot be spoken by this model: it has no "
                                 "character its vocabulary can say (after normalisation only unknown characters or "
                                 "punctuation remain: another language or script?). Transliterate or remove "
@@ -352,13 +354,20 @@ class LongSynthesis:
     results: list[SynthesisResult]  # one per piece, in order
 
 
-def write_numbered_wavs(waveforms: Sequence[np.ndarray], out_dir: str | os.PathLike, sample_rate: int) -> list[Path]:
-    """Write ``001.wav``, ``002.wav``, ... (16-bit PCM; more digits past 999) in ``out_dir``, in order."""
+def numbered_wav_paths(count: int, out_dir: str | os.PathLike) -> list[Path]:
+    """``out_dir/001.wav``, ``002.wav``, ... for ``count`` wavs (more digits past 999)."""
+    width = max(3, len(str(count)))
+    return [Path(out_dir) / f"{index + 1:0{width}d}.wav" for index in range(count)]
+
+
+def write_numbered_wavs(waveforms: Sequence[np.ndarray], out_dir: str | os.PathLike, sample_rate: int,
+                        made_by: str | None = None) -> list[Path]:
+    """Write ``numbered_wav_paths`` (16-bit PCM, each whole or not at all; ``made_by``: the command, tagged in each
+    file as ``vocoder.write_wav`` does) in ``out_dir``, in order."""
     from myxtts.vocoder import write_wav
 
-    width = max(3, len(str(len(waveforms))))
-    return [write_wav(Path(out_dir) / f"{index + 1:0{width}d}.wav", waveform, sample_rate)
-            for index, waveform in enumerate(waveforms)]
+    return [write_wav(path, waveform, sample_rate, made_by=made_by)
+            for path, waveform in zip(numbered_wav_paths(len(waveforms), out_dir), waveforms)]
 
 
 def _load_vocoder(vocoder: Vocoder | str | os.PathLike | None, run_dir: str | os.PathLike | None, cfg: Config,
