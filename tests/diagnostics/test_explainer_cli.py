@@ -40,7 +40,8 @@ def _run(tmp_path, script, *extra):
     json_path = tmp_path / f"{script}.jsonl"
     result = CliRunner().invoke(main, ["explain-retracing", "--json", str(json_path), *extra, "--", "python",
                                        str(EXAMPLES / f"{script}.py")])
-    events = [json.loads(line) for line in json_path.read_text().splitlines()] if json_path.exists() else []
+    lines = [json.loads(line) for line in json_path.read_text().splitlines()] if json_path.exists() else []
+    events = [line for line in lines if line.get("record") != "fix"]  # fix lines follow the events
     return result, [e for e in events if e["cause"] != "first_trace"]
 
 

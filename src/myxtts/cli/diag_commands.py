@@ -37,26 +37,49 @@ def _detach_log_handler(handler: logging.Handler) -> None:
 @click.command("explain-retracing", context_settings={"ignore_unknown_options": True,
                                                       "allow_interspersed_args": False})
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Write one JSON line per trace event to FILE.")
-@click.option("--strict", is_flag=True, help="Stop (exit 1) at the first unexpected retrace.")
+              help="Write one JSON line per trace event to FILE, then one per proposed fix.")
+@click.option("--strict", is_flag=True,
+              help="Stop (exit 1) at the first unexpected retrace; with --verify: exit 1 when a fix is not verified.")
+@click.option("--verify", is_flag=True,
+              help="Run the program a second time with each proposed fix applied and report whether the retraces "
+                   "are gone and the outputs unchanged.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 @clean_errors(ValueError)
-def explain_retracing_command(json_path: str | None, strict: bool, command: tuple[str, ...]) -> None:
+def explain_retracing_command(json_path: str | None, strict: bool, verify: bool, command: tuple[str, ...]) -> None:
     """Run `python script.py ARGS` in-process and explain every tf.function retrace it causes.
 
-    Example: myxtts explain-retracing --json traces.jsonl -- python train.py --epochs 1
+    At the end, one fix per function that retraced, derived from every call seen; --verify proves it.
+    Example: myxtts explain-retracing --verify --json traces.jsonl -- python train.py --epochs 1
     """
+    from myxtts.diagnostics import fix_report, fixes
     from myxtts.diagnostics.runner import run_script
+    from myxtts.diagnostics.verify import VERIFIED, CallRecorder, verify_proposals
 
+    first_calls = CallRecorder() if verify else None
     handler = _attach_log_handler()
-    try:
-        result = run_script(list(command), strict=strict, json_path=json_path)
+    try:  # under --verify the first run never stops early: the fixes need every call
+        result = run_script(list(command), strict=strict and not verify, json_path=json_path, hooks=first_calls,
+                            seed=0 if verify else None)
     finally:
         _detach_log_handler(handler)
     click.echo(result.monitor.format_summary(), err=True)
     if result.error is not None:
         click.echo(f"Error (strict): {result.error}", err=True)
-    sys.exit(result.exit_code)
+    proposals = fixes.propose_all(result.monitor)
+    verifications = None
+    if verify and proposals:
+        if any(proposal.mechanical for proposal in proposals):
+            click.echo("[explain-retracing] running the program again with the fixes applied (--verify)", err=True)
+        verifications, second = verify_proposals(list(command), proposals, result, first_calls)
+        if second is not None and second.error_text:
+            click.echo(f"[explain-retracing] the second run stopped: {second.error_text}", err=True)
+    click.echo(fix_report.format_fixes(proposals, verifications if verify else None), err=True)
+    if json_path:
+        fix_report.append_json_lines(json_path, fix_report.fix_records(proposals, verifications))
+    exit_code = result.exit_code
+    if not exit_code and strict and verify and any(v.status != VERIFIED for v in verifications or []):
+        exit_code = 1
+    sys.exit(exit_code)
 
 
 @click.command("lint")

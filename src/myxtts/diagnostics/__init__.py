@@ -7,6 +7,8 @@ Public API::
     step = monitor.watch(tf_function, name="train_step[bucket 3]")
     monitor.end_warmup()
     with explain_retracing(strict=False, json_path=None) as monitor: ...
+    from myxtts.diagnostics.fixes import propose_all
+    propose_all(monitor)            # one fix per function that retraced, from every traced call
 """
 
 from myxtts.diagnostics import trace_cost

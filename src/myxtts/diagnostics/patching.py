@@ -42,6 +42,11 @@ def _function_class() -> type:
     return function_class
 
 
+def function_class() -> type:
+    """The class of every `tf.function` object (RuntimeError naming the fallback when TF moved it)."""
+    return _function_class()
+
+
 def tf_version_supported() -> bool:
     major_minor = tuple(int(part) for part in tf.__version__.split(".")[:2])
     return _SUPPORTED[0] <= major_minor

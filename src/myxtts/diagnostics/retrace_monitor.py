@@ -21,7 +21,7 @@ import tensorflow as tf
 from myxtts.diagnostics import explainer, report, trace_cost
 from myxtts.diagnostics.events import FIRST_TRACE, JsonLinesSink, RetraceError, RetraceEvent
 from myxtts.diagnostics.trace_types import (FunctionIdentity, argument_names, call_site, dataclass_fix, function_identity,
-                                            summarize_call)
+                                            parameters_of, summarize_call)
 
 logger = logging.getLogger("myxtts.diagnostics")
 _LOCAL = threading.local()  # .depth > 0 while a monitored call runs (nested calls are not re-monitored)
@@ -44,6 +44,7 @@ class FunctionRecord:
     xla_shapes: set = field(default_factory=set)
     xla_compiles: int = 0
     signature: str | None = None  # repr of an explicit input_signature (None: traced from the arguments)
+    parameters: list | None = None  # inspect.Parameter of the called Python function (self excluded), if known
 
 
 class RetraceMonitor:
@@ -68,6 +69,9 @@ class RetraceMonitor:
         self._sink = JsonLinesSink(json_path) if json_path is not None else None
         self._lock = threading.RLock()
         self._started = time.perf_counter()
+        # optional: an object with before_call(function, args, kwargs) -> (args, kwargs), after_call(function,
+        # result) and call_failed(function, error), for top-level eager calls (explain-retracing --verify)
+        self.call_hooks: Any = None
         trace_cost.install()  # times TF's graph building; a no-op after the first monitor
 
     # ---- public API ------------------------------------------------------------------------------
@@ -84,6 +88,11 @@ class RetraceMonitor:
         self.in_warmup = False
         self._first_traces_unexpected = True
         self.warmup_seconds = time.perf_counter() - self._started
+
+    @property
+    def records(self) -> list[FunctionRecord]:
+        """Every tf.function object seen, in the order first seen (wrappers of one Python function apart)."""
+        return list(self._all_records)
 
     @property
     def unexpected(self) -> list[RetraceEvent]:
@@ -109,6 +118,9 @@ class RetraceMonitor:
         invoke = invoke or function
         if getattr(_LOCAL, "depth", 0) or tf.inside_function():
             return invoke(*args, **kwargs)  # nested in a graph or in a monitored call: the outer explains
+        hooks = self.call_hooks
+        if hooks is not None:
+            args, kwargs = hooks.before_call(function, args, kwargs)
         before = function.experimental_get_tracing_count()
         tracing_mark = trace_cost.mark()
         started = time.perf_counter()
@@ -117,6 +129,12 @@ class RetraceMonitor:
             result = invoke(*args, **kwargs)
         except TypeError as err:
             self._maybe_unhashable(function, args, kwargs, label, err)
+            if hooks is not None:
+                hooks.call_failed(function, err)
+            raise
+        except Exception as err:
+            if hooks is not None:
+                hooks.call_failed(function, err)
             raise
         finally:
             _LOCAL.depth = 0
@@ -129,6 +147,8 @@ class RetraceMonitor:
             record = self._records.get(function)
             if record is not None and record.jit:
                 self._check_xla(function, record, args, kwargs, time.perf_counter() - started)
+        if hooks is not None:
+            hooks.after_call(function, result)
         return result
 
     # ---- internals -----------------------------------------------------------------------------
@@ -139,7 +159,8 @@ class RetraceMonitor:
             signature = getattr(function, "input_signature", None)
             record = FunctionRecord(label or identity.qualname, identity,
                                     jit=bool(getattr(function, "_jit_compile", False)),  # private, guarded
-                                    signature=repr(signature) if signature is not None else None)
+                                    signature=repr(signature) if signature is not None else None,
+                                    parameters=parameters_of(getattr(function, "python_function", None)))
             self._records[function] = record
             self._all_records.append(record)
             self._by_code.setdefault(identity.code, []).append(record)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from myxtts.diagnostics.signature_plan import (DictNode, SequenceNode, TensorNode, is_last_partial_batch,
+                                               plan_arguments, render, walk)
 from myxtts.diagnostics.trace_types import Difference, Leaf, Snapshot
 
 
@@ -14,59 +16,23 @@ def unknown(closest_trace: int) -> str:
             "Inspect fn.pretty_printed_concrete_signatures() and declare an input_signature.")
 
 
-def _observed_shapes(history: list["Snapshot"], path: str) -> list[tuple]:
-    shapes = []
-    for snapshot in history:
-        leaf = snapshot.leaves.get(path)
-        if leaf is not None and leaf.kind == "tensor" and leaf.shape is not None:
-            shapes.append(leaf.shape)
-    return shapes
-
-
-def generalized_shape(shapes: list[tuple]) -> list[int | None] | None:
-    """Dims equal in every observed shape stay; dims seen to vary become None (rank varies: None)."""
-    if not shapes or len({len(s) for s in shapes}) != 1:
-        return None
-    return [shape_dims[0] if len(set(shape_dims)) == 1 else None for shape_dims in zip(*shapes)]
-
-
-def _spec(leaf: Leaf, history: list["Snapshot"], path: str) -> str:
-    shape = generalized_shape(_observed_shapes(history, path)) if leaf.kind == "tensor" else None
-    dims = "None" if shape is None else "[" + ", ".join("None" if d is None else str(d) for d in shape) + "]"
-    first_dtype = next((h.leaves[path].dtype for h in history if path in h.leaves and h.leaves[path].dtype), None)
-    return f"tf.TensorSpec({dims}, tf.{first_dtype or leaf.dtype})"  # the dtype it was first traced with
-
-
-def _render(path: str, current: "Snapshot", history: list["Snapshot"], python_paths: list[str]) -> str:
-    leaf = current.leaves[path]
-    if leaf.kind == "tensor":
-        return _spec(leaf, history, path)
-    if leaf.kind == "dict":
-        items = []
-        for key in leaf.keys or ():
-            items.append(f"{key}: {_render(path + '[' + key + ']', current, history, python_paths)}")
-        return "{" + ", ".join(items) + "}"
-    if leaf.kind == "sequence" and leaf.keys:  # namedtuple
-        fields = ", ".join(_render(f"{path}.{name}", current, history, python_paths) for name in leaf.keys)
-        return f"{leaf.type_name}({fields})"
-    if leaf.kind == "sequence":
-        items = ", ".join(_render(f"{path}[{i}]", current, history, python_paths) for i in range(leaf.length or 0))
-        return f"[{items}]" if leaf.type_name == "list" else f"({items}{',' if leaf.length == 1 else ''})"
-    python_paths.append(path)
-    if leaf.kind == "python" and isinstance(leaf.value, (bool, int, float)):
-        dtype = "bool" if isinstance(leaf.value, bool) else ("int32" if isinstance(leaf.value, int) else "float32")
-        return f"tf.TensorSpec([], tf.{dtype})"
-    return f"<{path}: not a tensor>"
-
-
 def input_signature(current: "Snapshot", history: list["Snapshot"]) -> tuple[str, list[str]]:
-    """`input_signature=[...]` for the positional arguments, with None only on dims seen to vary.
+    """`input_signature=[...]` for the positional arguments, covering every call in `history` (which holds
+    `current`): None only on dims seen to vary, and the elements of a list that play the same role
+    generalised together (`[tf.TensorSpec([None, 4], tf.float32)] * 2`), see `signature_plan`.
 
     Returns the code and the paths that are not tensors yet (they must become tensors first).
     """
-    python_paths: list[str] = []
-    specs = [_render(root, current, history, python_paths) for root in current.positional if root in current.leaves]
+    plan = plan_arguments(_with_current(history, current))
+    by_path = {node.path: node for node in plan.roots}
+    python_paths = [node.path for root in current.positional if root in by_path for node in walk(by_path[root])
+                    if not isinstance(node, (TensorNode, SequenceNode, DictNode))]
+    specs = [render(by_path[root]) for root in current.positional if root in by_path]
     return "input_signature=[" + ", ".join(specs) + "]", python_paths
+
+
+def _with_current(history: list["Snapshot"], current: "Snapshot") -> list["Snapshot"]:
+    return history if any(snapshot is current for snapshot in history) else history + [current]
 
 
 def _signature_hint(current: "Snapshot", history: list["Snapshot"]) -> str:
@@ -118,14 +84,31 @@ def _shape_fix(path: str, before: Any, after: Any, history: list["Snapshot"], cu
     old, new = _attr(before, "shape") or (), _attr(after, "shape") or ()
     varying = [i for i, (a, b) in enumerate(zip(old, new)) if a != b]
     hint = _signature_hint(current, history)
-    if varying == [0]:
-        return (f"the batch dimension of {path} changed ({old[0]} -> {new[0]}), typically the last partial "
-                f"batch: use dataset.batch(..., drop_remainder=True) (or padded_batch(..., "
-                f"drop_remainder=True)); or accept one graph for every batch size with {hint}.")
-    dims = ", ".join(f"dim {i}: {old[i]} -> {new[i]}" for i in varying)
+    if varying == [0] and is_last_partial_batch(_with_current(history, current)):
+        return (f"the batch dimension of {path} changed ({old[0]} -> {new[0]}): the last batch is partial (axis "
+                f"0 is the leading dim of every argument): use dataset.batch(..., drop_remainder=True) (or "
+                f"padded_batch(..., drop_remainder=True)); or accept one graph for every batch size with {hint}.")
+    dims = ", ".join(f"axis {i}: {old[i]} -> {new[i]}" for i in varying)
+    parent = _list_parent(path, current)
+    if parent is not None:
+        return (f"{path} changed shape ({dims}); {parent} is a Python {current.leaves[parent].type_name} unrolled "
+                f"into the graph whose elements play the same role, so declare every element generic, not only "
+                f"this one: {hint}; or pass one ragged / padded tensor instead of the list.")
     return (f"{path} changed shape ({dims}): pad to a fixed set of lengths (length buckets, e.g. "
             f"tf.data.Dataset.bucket_by_sequence_length(..., pad_to_bucket_boundary=True) or padded_batch "
             f"with fixed padded_shapes) so each bucket traces once, or trace one generic graph with {hint}.")
+
+
+def _list_parent(path: str, current: "Snapshot") -> str | None:
+    """`boxes` for `boxes[1]` when boxes is a list or tuple (not a namedtuple) of several elements."""
+    if not path.endswith("]") or "[" not in path:
+        return None
+    parent = path[:path.rindex("[")]
+    leaf = current.leaves.get(parent)
+    index = path[path.rindex("[") + 1:-1]
+    if leaf is None or leaf.kind != "sequence" or leaf.keys or not index.isdigit() or (leaf.length or 0) < 2:
+        return None
+    return parent
 
 
 def _python_value_fix(path: str, before: Any, after: Any, note: str) -> str:

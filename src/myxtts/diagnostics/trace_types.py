@@ -210,6 +210,16 @@ def _bind(function: Callable | None, args: tuple, kwargs: dict) -> inspect.Bound
     return bound
 
 
+def parameters_of(function: Callable | None) -> list[inspect.Parameter] | None:
+    """The parameters of the called Python function (a bound method's without self), or None."""
+    if function is None:
+        return None
+    try:
+        return list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return None
+
+
 def argument_names(function: Callable | None, count: int) -> list[str]:
     """Names of the first `count` positional parameters (varargs as `args[i]`)."""
     if function is None:
