@@ -403,3 +403,44 @@ def test_text_in_another_script_is_a_400_naming_its_characters(bounded):
     status, _, payload = _post(url, {"input": "We landed in 北京 on Monday.", "voice": "linda"})
     error = _error_of(payload)
     assert status == 400 and "'北'" in error["message"] and "'京'" in error["message"], error
+
+
+def test_a_dead_engine_thread_turns_health_503_and_refuses_requests_with_its_traceback_logged(bounded, caplog):
+    """An error outside the per-batch guards kills the engine thread: /health turns 503 naming it, a request in
+    flight is cut, new requests get 503 at once (not a 200 and a 300 s wait), and the traceback is in the log."""
+    import logging
+
+    from myxtts.synthesis.server_limits import ServerLimits
+    from myxtts.synthesis.serving import SpeechEngine
+
+    _, shared = bounded
+    engine = SpeechEngine(shared.synthesizer, {"linda": bundled_wavs(1)[0]}, batch_size=4,
+                          limits=ServerLimits(max_characters=600))
+    class Broken(dict):
+        def __getitem__(self, key):
+            raise RuntimeError("injected engine failure")
+
+    # the engine thread's bookkeeping after its next batch raises: outside the guard around the decode itself
+    engine._batches_by_size = Broken(engine._batches_by_size)
+    with running_server(engine) as url, caplog.at_level(logging.ERROR, logger="myxtts.serve"):
+        assert _health(url)["status"] == "ok"
+        outcome = []
+
+        def in_flight():
+            try:
+                outcome.append(_post(url, {"input": TRANSCRIPTS[1], "voice": "linda"}))
+            except http.client.IncompleteRead as cut:  # the stream cut: the chunked body ends without its last chunk
+                outcome.append(cut)
+
+        first = threading.Thread(target=in_flight)
+        first.start()
+        _wait_until(lambda: _raw_exchange(url, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                               b"Connection: close\r\n\r\n")[0] == 503, seconds=30)
+        first.join(60)
+        assert not first.is_alive() and isinstance(outcome[0], http.client.IncompleteRead)  # cut, not kept waiting
+        status, _, payload = _raw_exchange(url, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        assert json.loads(payload)["status"] == "failed" and "injected engine failure" in json.loads(payload)["error"]
+        status, _, payload = _post(url, {"input": TRANSCRIPTS[1], "voice": "linda"})
+        assert status == 503 and "engine failed" in _error_of(payload)["message"]
+    assert any("injected engine failure" in record.getMessage() and "Traceback" in record.getMessage()
+               for record in caplog.records)

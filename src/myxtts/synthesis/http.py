@@ -223,6 +223,12 @@ def create_app(engine: SpeechEngine, allowed_hosts: tuple[str, ...] | None = Non
 
     @app.get("/health")
     async def health():
+        healthy, failure = engine.health()
+        if not healthy:  # a dead engine thread: a load balancer must stop sending requests here
+            from fastapi.responses import JSONResponse
+
+            return JSONResponse(status_code=503, content={"status": "failed", "error": failure,
+                                                          "voices": sorted(engine.voices)})
         return {"status": "ok", "voices": sorted(engine.voices), "sample_rate": engine.synthesizer.sample_rate,
                 "batch_size": engine.batch_size, "batches_by_size": engine.batches_by_size(),
                 "compiles_after_warmup": engine.compiles_after_warmup(),

@@ -27,10 +27,12 @@ and vocoded for it (``SpeechStream.decoded`` / ``vocoded``). Nothing here knows 
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 import os
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -43,7 +45,9 @@ from myxtts.synthesis.synthesizer import Synthesizer
 from myxtts.synthesis.text_split import UnsplittableTextError
 from myxtts.text import TextError
 
-__all__ = ["EngineBusyError", "SpeechEngine", "SpeechRequestError", "SpeechStream", "small_batch_sizes", "to_pcm16",
+LOG = logging.getLogger("myxtts.serve")
+
+__all__ = ["EngineBusyError", "EngineFailedError", "SpeechEngine", "SpeechRequestError", "SpeechStream", "small_batch_sizes", "to_pcm16",
            "wav_header"]
 
 
@@ -75,6 +79,14 @@ class EngineBusyError(SpeechRequestError):
     def __init__(self, message: str, retry_after: int):
         super().__init__(message, None, status=429)
         self.retry_after = retry_after
+
+
+class EngineFailedError(SpeechRequestError):
+    """The engine's decoder or vocoder thread died (a bug or a broken runtime, not a request's fault): every request
+    fails with 503 until the server is restarted; ``/health`` says why."""
+
+    def __init__(self, message: str):
+        super().__init__(message, None, status=503)
 
 
 @dataclass
@@ -152,6 +164,7 @@ class SpeechEngine:
         self._decode_seconds, self._vocode_seconds = 0.1, 1.0
         self._wake = threading.Condition()  # guards all of the above; notified on every change a thread waits for
         self._closed = False
+        self.failure: str | None = None  # a thread that died: its name, error and traceback (``/health``: 503)
         started = time.perf_counter()
         for size in self.batch_sizes:
             synthesizer.warm_up(batch_size=size)
@@ -165,9 +178,10 @@ class SpeechEngine:
         self.vocoded_after_cancel = 0
         self.cut = 0  # pieces predicted longer than data.max_mel_frames, served cut at it
         self.vocoder_threads = vocoder_threads
-        self._threads = [threading.Thread(target=self._run, name="myxtts-speech-engine", daemon=True)]
-        self._threads += [threading.Thread(target=self._vocoder_loop, name=f"myxtts-vocoder-{i}", daemon=True)
-                          for i in range(vocoder_threads)]
+        self._threads = [threading.Thread(target=self._guarded, args=(self._run,), name="myxtts-speech-engine",
+                                          daemon=True)]
+        self._threads += [threading.Thread(target=self._guarded, args=(self._vocoder_loop,),
+                                           name=f"myxtts-vocoder-{i}", daemon=True) for i in range(vocoder_threads)]
         for thread in self._threads:
             thread.start()
 
@@ -222,8 +236,11 @@ class SpeechEngine:
         return stream
 
     def _refuse_if_busy(self, new_pieces: int) -> None:
-        """429 when one more request or ``new_pieces`` more pieces would pass a limit, 503 once closing (the
-        caller holds _wake)."""
+        """429 when one more request or ``new_pieces`` more pieces would pass a limit, 503 once closing or failed
+        (the caller holds _wake)."""
+        if self.failure is not None:
+            raise EngineFailedError(f"This server's engine failed ({self.failure.splitlines()[0]}); it answers no "
+                                    "request until it is restarted.")
         if self._closed:
             raise SpeechRequestError("This server is shutting down; retry on another.", None, status=503)
         backlog = self._backlog_locked()
@@ -284,6 +301,31 @@ class SpeechEngine:
                     "ready_unsent": sum(stream.ready() for stream in self._in_flight)}
 
     # ---- the engine thread and the vocoder threads -----------------------------------------------------
+    def _guarded(self, loop) -> None:
+        """Run a thread's loop; if anything escapes it (outside the per-batch guards: a bug, a broken runtime), the
+        engine is failed: the traceback logged and kept for ``/health``, every request in flight failed at once
+        (its stream cut), every later one refused with 503 (``EngineFailedError``)."""
+        try:
+            loop()
+        except BaseException as err:  # noqa: BLE001  a dead thread must be visible, never silent
+            where = threading.current_thread().name
+            LOG.error("engine thread %s died: the server answers 503 until it is restarted\n%s", where,
+                      traceback.format_exc())
+            with self._wake:
+                self.failure = f"{where}: {type(err).__name__}: {err}\n{traceback.format_exc()}"
+                self._closed = True
+                streams = list(self._in_flight)
+                self._wake.notify_all()
+            failed = EngineFailedError(f"the engine thread {where} died: {type(err).__name__}: {err}")
+            for stream in streams:  # each response is cut at its next piece (synthesis/http.py), its error logged
+                for index in range(len(stream.pieces)):
+                    stream.deliver(index, failed)
+
+    def health(self) -> tuple[bool, str | None]:
+        """(healthy, the failure's first line or None)."""
+        failure = self.failure
+        return failure is None, None if failure is None else failure.splitlines()[0]
+
     def _take(self) -> list[_Piece] | None:
         """The next batch, highest priority first; None once closed. A batch is taken only while fewer than
         ``batch_size`` decoded pieces wait for the vocoder (so at most ``2 * batch_size - 1`` ever wait there)."""
@@ -305,6 +347,7 @@ class SpeechEngine:
                     [piece.tokens for piece in batch], [piece.voice.latents for piece in batch],
                     batch_size=rows, length_scales=[piece.scale for piece in batch])
             except Exception as err:  # noqa: BLE001  one bad batch fails its requests, never the engine
+                LOG.exception("a batch of %d piece(s) failed to decode; its requests fail", len(batch))
                 results = None
                 for piece in batch:
                     piece.stream.deliver(piece.index, err)
@@ -344,6 +387,7 @@ class SpeechEngine:
                 vocoded = True
                 piece.stream.deliver(piece.index, audio)
             except Exception as err:  # noqa: BLE001  the request fails, the vocoder threads go on
+                LOG.exception("a piece failed to vocode; its request fails")
                 piece.stream.deliver(piece.index, err)
             finally:
                 with self._wake:
