@@ -98,6 +98,21 @@ def test_script_exit_code_and_argv_pass_through(tmp_path):
     assert result.exit_code == 3
 
 
+def test_a_scripts_own_error_keeps_its_traceback_and_exit_code(tmp_path):
+    """A ValueError of the user's script is the script's, not bad input to myxtts: its traceback as Python prints
+    it (its own frames), exit code 1, and the retraces it made before are still explained."""
+    script = tmp_path / "bad.py"
+    script.write_text("import tensorflow as tf\n\n@tf.function\ndef double(x):\n    return x * 2\n\n"
+                      "for n in (1, 2):\n    double(tf.zeros([n]))\n\ndef load():\n"
+                      "    raise ValueError('the script own bug')\n\nload()\n", encoding="utf-8")
+    result = CliRunner().invoke(main, ["explain-retracing", "--", "python", str(script)])
+    assert result.exit_code == 1, result.output
+    assert "Traceback (most recent call last):" in result.output and "ValueError: the script own bug" in result.output
+    assert f'File "{script}", line 13, in <module>' in result.output and "in load" in result.output
+    assert "runpy" not in result.output and "\nError: the script own bug" not in result.output
+    assert "double" in result.output and "retraces" in result.output  # still explained
+
+
 def test_missing_script_is_a_clean_error(tmp_path):
     result = CliRunner().invoke(main, ["explain-retracing", "--", "python", str(tmp_path / "absent.py")])
     assert result.exit_code == 2 and "Script not found" in result.output

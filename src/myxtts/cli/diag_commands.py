@@ -62,6 +62,8 @@ def explain_retracing_command(json_path: str | None, strict: bool, verify: bool,
                             seed=0 if verify else None)
     finally:
         _detach_log_handler(handler)
+    if result.program_traceback:  # the program's own error, as `python script.py` prints it
+        click.echo(result.program_traceback.rstrip("\n"), err=True)
     click.echo(result.monitor.format_summary(), err=True)
     if result.error is not None:
         click.echo(f"Error (strict): {result.error}", err=True)

@@ -33,6 +33,8 @@ class RunResult:
     error: RetraceError | None = None  # strict mode: the first unexpected retrace
     error_text: str | None = None  # catch_errors: the exception that ended the program, with where it was raised
     imported_modules: list[str] = field(default_factory=list)  # modules first imported while the program ran
+    # the program's uncaught exception as Python would print it (its own frames only), exit code 1 as Python's
+    program_traceback: str | None = None
 
 
 def _parse_command(command: list[str]) -> tuple[str, str, list[str]]:
@@ -61,8 +63,9 @@ def run_script(command: list[str], strict: bool = False, json_path: str | os.Pat
                log_level: int = logging.WARNING) -> RunResult:
     """Run the program in-process under explain_retracing.
 
-    `hooks` become the monitor's `call_hooks`; with `catch_errors` an exception of the program ends the run
-    with exit code 1 and `error_text` instead of propagating (the second run of --verify).
+    `hooks` become the monitor's `call_hooks`. An exception of the program ends the run with exit code 1 (Python's
+    for an uncaught exception) and ``error_text``; without ``catch_errors`` (the first run) also with
+    ``program_traceback``, which the command prints as Python would; with it (the second run of --verify), quietly.
     """
     kind, target, argv = _parse_command(command)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
@@ -72,7 +75,7 @@ def run_script(command: list[str], strict: bool = False, json_path: str | os.Pat
         sys.path.insert(0, str(Path(target).resolve().parent))
     if seed is not None:
         seed_everything(seed)
-    exit_code, error, error_text = 0, None, None
+    exit_code, error, error_text, program_traceback = 0, None, None, None
     monitor = RetraceMonitor(strict=strict, json_path=json_path, warmup=False, log_level=log_level)
     monitor.call_hooks = hooks
     with explain_retracing(monitor=monitor):
@@ -86,12 +89,23 @@ def run_script(command: list[str], strict: bool = False, json_path: str | os.Pat
         except RetraceError as err:
             exit_code, error = 1, err
         except Exception as err:  # noqa: BLE001 - the program's own error, reported by the caller
-            if not catch_errors:
-                raise
             exit_code, error_text = 1, describe_error(err)
+            if not catch_errors:  # as `python script.py` would end: its traceback, exit code 1
+                program_traceback = program_traceback_text(err)
         finally:
             sys.argv, sys.path[:] = saved_argv, saved_path
-    return RunResult(monitor, exit_code, error, error_text, sorted(set(sys.modules) - modules_before))
+    return RunResult(monitor, exit_code, error, error_text, sorted(set(sys.modules) - modules_before),
+                     program_traceback)
+
+
+def program_traceback_text(error: BaseException) -> str:
+    """The traceback Python prints for an uncaught exception of the program, without the frames of this runner
+    and runpy that ran it (the program's own frames first, as with `python script.py`)."""
+    frames = error.__traceback__
+    while frames is not None and (Path(frames.tb_frame.f_code.co_filename).name in ("runner.py", "runpy.py")
+                                  or frames.tb_frame.f_code.co_filename.startswith("<frozen runpy")):
+        frames = frames.tb_next
+    return "".join(traceback.format_exception(type(error), error, frames))
 
 
 def seed_everything(seed: int) -> None:
