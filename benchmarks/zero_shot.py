@@ -242,6 +242,21 @@ def condition_point(condition: str, voices: list, standard: dict[str, np.ndarray
     return summary, rows
 
 
+def overridden_config(run: str, overrides: list[str]) -> str | None:
+    """The run's config with ``--set section.key=value`` overrides (synthesis keys such as
+    model.reference_windows), written to a temporary file (never into the run); None without overrides."""
+    if not overrides:
+        return None
+    import tempfile
+
+    from myxtts.config import load_config, save_config
+
+    cfg = load_config(Path(run) / "config.yaml", list(overrides))  # relative paths still resolve against the run
+    path = Path(tempfile.mkdtemp(prefix="zero-shot-config-")) / "config.yaml"
+    save_config(cfg, path)
+    return str(path)
+
+
 def real_main(args: argparse.Namespace) -> None:
     """The development speakers of ``--cache``, set by set."""
     from myxtts.audio import load_audio
@@ -269,7 +284,8 @@ def real_main(args: argparse.Namespace) -> None:
     texts = sets.held_out_texts(BUNDLED_METADATA, args.texts)
     speaker_sets, manifest = sets.held_out_sets(Path(args.cache))
     choice = None if args.vocoder == "own" else args.vocoder
-    synthesizer = Synthesizer.from_run(args.run, batch_size=args.batch_size, truncate_long=True, vocoder=choice)
+    synthesizer = Synthesizer.from_run(args.run, config=overridden_config(args.run, args.set), batch_size=args.batch_size,
+                                       truncate_long=True, vocoder=choice)
     rate = synthesizer.sample_rate
     heard_through_griffin_lim = isinstance(synthesizer.vocoder, GriffinLim)
     resynthesizers = {"griffin_lim": synthesizer.vocoder if heard_through_griffin_lim
@@ -279,7 +295,7 @@ def real_main(args: argparse.Namespace) -> None:
     judges = Judges(rate, nisqa)
     cfg = synthesizer.cfg
     report = {"mode": "real speakers", "command": [sys.executable, *sys.argv], "machine": machine(),
-              "run": args.run, "checkpoint": synthesizer.checkpoint,
+              "run": args.run, "checkpoint": synthesizer.checkpoint, "overrides": list(args.set),
               "vocoder": vocoder_name(synthesizer.vocoder, choice), "cache": args.cache,
               "cache_feature_hash": manifest.get("feature_hash"), "texts": texts, "conditions": conditions,
               # what the conditioning encoder takes of each reference: its middle frames (reference_crop)
@@ -330,6 +346,8 @@ def main() -> None:
     parser.add_argument("--vocoder", default=None,
                         help="'own' (the run's own; the default), griffin-lim or a vocoder directory "
                              "(--espeak: griffin-lim by default, as every figure before)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a key of the run's config for synthesis (e.g. model.reference_windows=3)")
     parser.add_argument("--json", default=None)
     espeak = parser.add_argument_group("the espeak-ng voices benchmark (--espeak)")
     espeak.add_argument("--espeak", action="store_true", help="the espeak-ng held-out voices instead of real speakers")
