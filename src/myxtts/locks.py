@@ -13,8 +13,12 @@ the holder records its pid, host, start time and command line, which the error o
 
 A reader's record under ``READERS_DIR`` outlives a killed reader (the kernel frees only the lock): records of
 processes known dead are removed whenever the lock is taken, and every record is removed when the lock is taken
-exclusively (then no reader holds it). A wait for a lock says once who holds it and, given a timeout, ends in
+exclusively (then no reader holds it). Only files that are such records (named ``HOST-PID.json``, holding a holder
+record or a torn one) are ever removed. A wait for a lock says once who holds it and, given a timeout, ends in
 ``DirectoryBusyError`` naming the holders then.
+
+Lock files and records are opened without following links (``O_NOFOLLOW``): a link planted at ``run.lock`` (to a
+user's notes, say) is refused (``LockFileError``), never truncated through.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -40,6 +45,25 @@ READERS_DIR = "readers"  # one holder record per process holding CACHE_READ_LOCK
 
 class DirectoryBusyError(ValueError):
     """Another process holds the lock; the message names it and says what to do."""
+
+
+class LockFileError(DirectoryBusyError):
+    """The lock cannot be taken because its file is not one (a link): handled wherever a busy lock is."""
+
+
+_RECORD_NAME = re.compile(r"(.+)-(\d+)\.json")
+
+
+def _open_no_follow(path: Path, flags: int) -> int:
+    """``os.open`` of a lock file or record that refuses a link at ``path`` (LockFileError naming it)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError as err:
+        if err.errno == errno.ELOOP or path.is_symlink():
+            target = os.readlink(path) if path.is_symlink() else "?"
+            raise LockFileError(f"{path} is a link (to {target}), not a lock file: myxtts never writes through a "
+                                "link. Remove the link (the file it names is left as it is), then run again.") from None
+        raise
 
 
 @dataclass(frozen=True)
@@ -63,7 +87,9 @@ class Holder:
             return None
 
     def write(self, path: Path) -> None:
-        path.write_text(json.dumps(self.__dict__), encoding="utf-8")
+        fd = _open_no_follow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(self.__dict__))
 
     def alive(self) -> bool:
         """False only when the pid is known dead on this host (a record left by a killed process)."""
@@ -111,7 +137,8 @@ class DirectoryLock:
         if self.held:
             return True
         self.directory.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path, "a+", encoding="utf-8")  # never truncates: the record belongs to the holder
+        # never truncated here (the record belongs to the holder), never opened through a link
+        handle = os.fdopen(_open_no_follow(self.path, os.O_RDWR | os.O_CREAT), "r+", encoding="utf-8")
         try:
             fcntl.flock(handle.fileno(), (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as err:
@@ -136,11 +163,14 @@ class DirectoryLock:
 
     def _clean_reader_records(self, every: bool) -> None:
         """Remove reader records of processes known dead on this host (``every``: all of them, because this
-        process holds the lock exclusively, so no reader holds it). A record's name says whose it is."""
+        process holds the lock exclusively, so no reader holds it). A record's name says whose it is; a file
+        that is not a record (another name, a link, JSON that is not a holder's) is left alone."""
         for record in (self.directory / READERS_DIR).glob("*.json"):
-            host, _, pid = record.stem.rpartition("-")
-            if every or (host == socket.gethostname() and pid.isdigit()
-                         and not Holder(int(pid), host, "", "").alive()):
+            named = _RECORD_NAME.fullmatch(record.name)
+            if named is None or record.is_symlink() or not _is_reader_record(record):
+                continue
+            host, pid = named.group(1), int(named.group(2))
+            if every or (host == socket.gethostname() and not Holder(pid, host, "", "").alive()):
                 record.unlink(missing_ok=True)
 
     def acquire(self, wait: bool = False, on_wait: Callable[[str], None] | None = None,
@@ -188,6 +218,17 @@ class DirectoryLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _is_reader_record(path: Path) -> bool:
+    """A holder record as ``Holder.write`` writes it, or one torn by a kill (not JSON yet)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return True  # torn mid-write
+    except OSError:
+        return False
+    return isinstance(data, dict) and {"pid", "host", "started", "command"} <= set(data)
 
 
 def lock_run_directory(workdir: Path | str) -> DirectoryLock:

@@ -23,6 +23,10 @@
     RUN/vocoder/           an acoustic run's (or packed model's) own vocoder: a packed vocoder that synthesis,
                            ``serve``, ``export`` and ``evaluate`` use when no ``--vocoder`` is given
                            (``myxtts.vocoder.packing``)
+    RUN/.myxtts.json       what made the folder (``train``, ``train-vocoder``, ``demo``, ``pack``) and as what:
+                           what may ever replace it (``myxtts.outputs``)
+
+The records are written whole or not at all (``write_json``, ``config.save_config``: temporary name, fsync, rename).
 
 Reading a run: ``RunDir(path)`` for the paths, ``latest_checkpoint``, ``find_vocabulary`` and the mel-statistics
 readers below; ``myxtts.model.restore`` builds and restores the model. Training and synthesis both read runs through
@@ -144,8 +148,11 @@ class RunDir:
         return sum(path.stat().st_size for path in self.checkpoints.iterdir())
 
     def write_json(self, path: Path, record: dict[str, Any]) -> Path:
-        """One of the run's JSON records (``corpus``, ``init_from``, ``model_record``, ``vocoder_record``)."""
-        path.write_text(json.dumps(record, indent=1, ensure_ascii=False), encoding="utf-8")
+        """One of the run's JSON records (``corpus``, ``init_from``, ``model_record``, ``vocoder_record``), whole or
+        not at all (temporary name, fsync, rename): a kill mid-write leaves the previous record, never half of one."""
+        from myxtts.data.durable import write_durably
+
+        write_durably(path, json.dumps(record, indent=1, ensure_ascii=False))
         return path
 
     def latest_checkpoint(self) -> str:
@@ -249,4 +256,6 @@ def relative_config_paths(config_path: Path) -> None:
         value = corpus.get("path")
         if value and Path(value).is_absolute() and Path(value).resolve().is_relative_to(here):
             corpus["path"] = os.path.relpath(Path(value).resolve(), config_path.parent.resolve())
-    config_path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    from myxtts.data.durable import write_durably
+
+    write_durably(config_path, yaml.safe_dump(raw, sort_keys=False))

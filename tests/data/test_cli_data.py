@@ -37,6 +37,10 @@ def test_prepare_then_stats(tmp_path: Path, corpus_copy: Path) -> None:
     again = runner.invoke(main, ["prepare", "--config", str(config), "--no-progress", "--workers", "1"])
     assert again.exit_code == 0 and "up to date" in again.output and "reused" in again.output
     changed = runner.invoke(main, ["prepare", "--config", str(config), "--no-progress", "--set", "audio.fmax=7000"])
+    assert changed.exit_code == 2 and "audio.fmax: 8000.0 -> 7000" in changed.output and "--rebuild" in \
+        changed.output and "never replaces it unasked" in changed.output, changed.output  # the other cache is kept
+    changed = runner.invoke(main, ["prepare", "--config", str(config), "--no-progress", "--set", "audio.fmax=7000",
+                                   "--rebuild"])
     assert changed.exit_code == 0 and "feature hash changed" in changed.output and "audio.fmax" in changed.output
     stats = runner.invoke(main, ["stats", "--config", str(config), "--set", "audio.fmax=7000", "--shapes", "2"])
     assert stats.exit_code == 0, stats.output

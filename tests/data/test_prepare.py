@@ -56,7 +56,8 @@ def bad_corpus(tmp_path_factory, bundled_corpus: Path) -> tuple[Path, dict[str, 
     whole = (source / f"{ids[5]}.wav").read_bytes()
     (wavs / "truncated.wav").write_bytes(whole[: len(whole) // 2])
     add("truncated", "truncated")
-    for name, text, reason in (("emptytext", "   ", "empty_text"), ("unknownchars", "日本語 ###", "no_known_characters")):
+    for name, text, reason in (("emptytext", "   ", "empty_text"), ("unknownchars", "日本語 ###", "unpronounceable"),
+                               ("symbolsonly", "{} ### @@", "no_known_characters")):
         shutil.copy(source / f"{ids[6]}.wav", wavs / f"{name}.wav")
         add(name, reason, text)
     shutil.copy(source / f"{ids[6]}.wav", wavs / "fields.wav")
@@ -145,8 +146,8 @@ def test_cache_layout_manifest_and_utterance_files(bad_result) -> None:
     assert len(files) == 6 and sorted(accepted) == files  # one file per accepted utterance, nothing else
     audio = sorted(p.relative_to(cfg.cache_dir).as_posix() for p in (cfg.cache_dir / "utterances").glob("*/*.wav"))
     assert audio == sorted(file[:-len(".utt")] + ".wav" for file in files)  # each with its audio beside it
-    # the 8 audio / text verdicts are remembered per clip (line-level ones are re-read from the metadata)
-    assert sum("rejected" in c for c in manifest["clips"].values()) == 8
+    # the 9 audio / text verdicts are remembered per clip (line-level ones are re-read from the metadata)
+    assert sum("rejected" in c for c in manifest["clips"].values()) == 9
     assert len(manifest["splits"]["validation"]) == 1 and len(manifest["splits"]["train"]) == 5
     assert {"tensorflow", "numpy", "myxtts"} <= set(manifest["versions"]) and manifest["created"]
     assert manifest["hours"] > 0 and manifest["speakers"] == ["ljspeech"]
@@ -195,7 +196,13 @@ def test_rerun_reuses_and_a_changed_parameter_rebuilds(tmp_path: Path, corpus_co
     assert changed.feature_hash() != cfg.feature_hash()
     with pytest.raises(CacheError, match="feature hash changed"):
         FeatureCache.load(changed)  # stale features are never used
-    rebuilt = prepare(changed, progress=False)
+    from myxtts.data.prepare import CacheParametersChanged
+
+    before = {p: p.read_bytes() for p in cfg.cache_dir.rglob("*") if p.is_file() and not p.name.endswith(".lock")}
+    with pytest.raises(CacheParametersChanged, match=r"audio\.n_mels: 80 -> 64.*--rebuild.*data\.cache_dir"):
+        prepare(changed, progress=False)  # the cache of the other parameters is never replaced unasked
+    assert {p: p.read_bytes() for p in before} == before and FeatureCache.load(cfg).manifest == again.manifest
+    rebuilt = prepare(changed, progress=False, rebuild=True)
     assert not rebuilt.reused and "feature hash changed" in rebuilt.reason and "audio.n_mels: 80 -> 64" in rebuilt.reason
     assert FeatureCache.load(changed).mel.shape[1] == 64
 
@@ -222,7 +229,16 @@ def test_a_changed_corpus_is_detected_and_only_new_or_changed_clips_processed(tm
     edited[2] = "an entirely different transcript"
     new_lines = [lines[0], lines[1], "|".join(edited), lines[3], lines[5], lines[6], lines[7]]  # line 4 removed
     metadata.write_text("\n".join(new_lines) + "\n", encoding="utf-8")
+    # files someone else put in the cache, at names like prepare's: the update deletes none of them
+    foreign = {"utterances/s/x.wav": b"a recording", "utterances/ab/notes.txt": b"notes", "shards/0.tar": b"tar",
+               "notes.tmp": b"tmp", "index-mine.npz": b"npz", "manifest.json.bak": b"bak"}
+    for name, data in foreign.items():
+        (cfg.cache_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (cfg.cache_dir / name).write_bytes(data)
     second = prepare(cfg, progress=False)
+    assert {name: (cfg.cache_dir / name).read_bytes() for name in foreign} == foreign
+    for name in foreign:
+        (cfg.cache_dir / name).unlink()
     assert not second.reused
     assert "corpus changed: 2 added, 2 changed, 1 removed, 3 unchanged" in second.reason
     update = second.manifest["update"]
@@ -327,12 +343,12 @@ def test_a_crashed_build_never_looks_valid(tmp_path: Path, corpus_copy: Path, mo
     assert FeatureCache.load(cfg).manifest == first.manifest
     changed = config_from_dict({**raw, "audio": {"n_mels": 64}}, base_dir=tmp_path)
     with pytest.raises(KeyboardInterrupt):
-        prepare(changed, progress=False)  # other parameters: the stale cache is unusable, and says so
+        prepare(changed, progress=False, rebuild=True)  # other parameters: the stale cache is unusable, and says so
     assert not (cfg.cache_dir / "manifest.json").exists()
     with pytest.raises(CacheError, match="manifest.json missing"):
         FeatureCache.load(changed)
     monkeypatch.undo()
-    assert not prepare(changed, progress=False).reused  # rebuilt, not reused
+    assert not prepare(changed, progress=False).reused  # rebuilt (no cache of other parameters is left), not reused
 
 
 def test_validation_split_is_deterministic_and_stable() -> None:

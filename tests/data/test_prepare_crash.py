@@ -208,14 +208,15 @@ def test_reader_records_of_dead_processes_are_removed(tmp_path):
 
 
 def test_a_lock_wait_names_the_holder_and_honours_the_timeout(tmp_path, states):
+    cache = tmp_path / "cache"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom myxtts.locks import lock_cache_for_writing\n"
-                               f"lock = lock_cache_for_writing({str(tmp_path)!r})\nprint('held', flush=True)\ntime.sleep(120)"],
+                               f"lock = lock_cache_for_writing({str(cache)!r})\nprint('held', flush=True)\ntime.sleep(120)"],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         said: list[str] = []
         with pytest.raises(DirectoryBusyError) as error:
-            lock_cache_for_writing(tmp_path, said.append, timeout=0.3)
+            lock_cache_for_writing(cache, said.append, timeout=0.3)
         assert f"pid {holder.pid}" in said[0] and "giving up after 0.3 s" in said[0]
         assert "Gave up after waiting 0.3 s" in str(error.value) and f"pid {holder.pid}" in str(error.value)
         assert "--lock-timeout" in str(error.value)
@@ -224,7 +225,7 @@ def test_a_lock_wait_names_the_holder_and_honours_the_timeout(tmp_path, states):
         from myxtts.cli import main
         from myxtts.config import save_config
 
-        save_config(_config(states[0], tmp_path), tmp_path / "config.yaml")
+        save_config(_config(states[0], cache), tmp_path / "config.yaml")
         result = CliRunner().invoke(main, ["prepare", "--config", str(tmp_path / "config.yaml"), "--no-progress",
                                            "--lock-timeout", "0.2"])
         assert result.exit_code == 2 and f"pid {holder.pid}" in result.output, result.output
@@ -232,5 +233,5 @@ def test_a_lock_wait_names_the_holder_and_honours_the_timeout(tmp_path, states):
         holder.kill()
         holder.wait(30)
         holder.stdout.close()
-    lock_cache_for_writing(tmp_path, timeout=0).release()  # the kernel freed the killed holder's lock
-    assert Holder.read(tmp_path / CACHE_WRITE_LOCK) is None
+    lock_cache_for_writing(cache, timeout=0).release()  # the kernel freed the killed holder's lock
+    assert Holder.read(cache / CACHE_WRITE_LOCK) is None

@@ -91,3 +91,15 @@ def test_demo_prepares_trains_synthesizes_and_summarizes(tmp_path: Path) -> None
         vocoded = np.frombuffer(handle.readframes(handle.getnframes()), dtype=np.int16)
     # the short sentence's audio, rewritten: shorter than the first run's sentence, and not silent
     assert 22050 * 0.3 < vocoded.size < first_samples.size and np.abs(vocoded).max() > 100
+
+    # --fresh replaces the demo's own earlier run (kept aside until the new one has trained), from step 0
+    fresh = CliRunner().invoke(main, ["demo", "--config", str(config), "--workdir", str(run_dir), "--steps", "1",
+                                      "--fresh", "--listen-sentences", "0", "--text", "A modern art.", *shrink],
+                               catch_exceptions=False)
+    assert fresh.exit_code == 0, fresh.output
+    assert "the earlier demo run is kept in" in fresh.output and "resum" not in fresh.output.lower()
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line).get("split") == "train"]
+    assert steps == [1]  # a new run's metrics, not the earlier run's continued
+    assert json.loads((run_dir / ".myxtts.json").read_text())["command"] == "demo"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("run")) == ["run"]  # nothing left aside

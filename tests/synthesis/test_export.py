@@ -210,9 +210,15 @@ def test_installing_a_runs_own_vocoder_waits_for_its_writer_and_replaces_the_ear
     (run / "vocoder").symlink_to(linked, target_is_directory=True)
     first = install_own_vocoder(neural_vocoder, run)
     assert not (run / "vocoder").is_symlink() and _digest(linked) == linked_before
-    (run / "vocoder" / "note.txt").write_text("the first install's")
+    (run / "vocoder" / "note.txt").write_text("a file no install wrote")
+    from myxtts.outputs import OutputRefused
+
+    with pytest.raises(OutputRefused, match="note.txt"):  # named, never deleted
+        install_own_vocoder(neural_vocoder, run)
+    assert (run / "vocoder" / "note.txt").read_text() == "a file no install wrote"
+    (run / "vocoder" / "note.txt").unlink()
     second = install_own_vocoder(neural_vocoder, run)
-    assert first["step"] == second["step"] == 0 and not (run / "vocoder" / "note.txt").exists()
+    assert first["step"] == second["step"] == 0 and (run / "vocoder" / ".myxtts.json").is_file()
     assert sorted(p.name for p in run.iterdir()) == sorted([*{Path(k).parts[0] for k in before}, "run.lock",
                                                             "vocoder"])  # no staging folder left
     assert Synthesizer.from_run(run).vocoder.path == str(run / "vocoder")
@@ -304,11 +310,16 @@ def test_force_replaces_an_earlier_output_only_once_the_new_one_is_complete(comm
     info = json.loads(record.read_text())
     assert info["step"] == 0 and Path(info["source_checkpoint" if command == "pack" else "checkpoint"]).name == \
         Path(loading.latest_checkpoint(parallel_run)).name
-    (out / "note.txt").write_text("written by the first one")
     earlier = _digest(out)
 
     again = CliRunner().invoke(main, [command, "--run", str(parallel_run), "--out", str(out)])
     assert again.exit_code == 2 and "already holds" in again.output and "--force" in again.output, again.output
+    (out / "CARD.md").write_text("a file added by hand")  # not the command's: named in the refusal, never deleted
+    refused = CliRunner().invoke(main, [command, "--run", str(parallel_run), "--out", str(out), "--force"])
+    assert refused.exit_code == 2 and "CARD.md" in refused.output and "never deleted" in refused.output, \
+        refused.output
+    assert _digest(out) == {**earlier, "CARD.md": b"a file added by hand"}
+    (out / "CARD.md").unlink()
     no_checkpoint = tmp_path / "no-checkpoint"
     no_checkpoint.mkdir()
     shutil.copy(parallel_run / "config.yaml", no_checkpoint / "config.yaml")
@@ -331,5 +342,6 @@ def test_force_replaces_an_earlier_output_only_once_the_new_one_is_complete(comm
     monkeypatch.undo()
     replaced = CliRunner().invoke(main, [command, "--run", str(parallel_run), "--out", str(out), "--force"])
     assert replaced.exit_code == 0, replaced.output
-    assert not (out / "note.txt").exists() and json.loads(record.read_text())["step"] == 0 and _no_staging_left(out)
+    assert json.loads(record.read_text())["step"] == 0 and _no_staging_left(out)
+    assert json.loads((out / ".myxtts.json").read_text())["command"] == command
     assert not (out / "vocoder").exists()  # the run has no vocoder of its own: the new pack has none

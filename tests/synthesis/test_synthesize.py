@@ -212,7 +212,7 @@ def test_cli_errors(case, tiny_run, tmp_path):
     from myxtts.cli import main
 
     text, reference, run = TEXTS[0], str(bundled_wavs(1)[0]), ["--run", str(tiny_run)]
-    expected = {"empty_text": "empty", "unknown_characters": "no character", "missing_reference": "not found",
+    expected = {"empty_text": "empty", "unknown_characters": "cannot say: '你' '好'", "missing_reference": "not found",
                 "unreadable_reference": "reference.wav", "missing_run": "not found", "run_without_checkpoint":
                 "No checkpoint", "run_without_mel_stats": "mel_stats.json is missing",
                 "missing_checkpoint": "Checkpoint not found", "word_too_long": "alone is longer",

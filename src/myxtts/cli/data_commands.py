@@ -13,7 +13,10 @@ from myxtts.cli.common import clean_errors, config_option, load, override_option
 @click.command("prepare")
 @config_option()
 @override_option()
-@click.option("--force", is_flag=True, help="Rebuild the cache even if it is up to date.")
+@click.option("--force", is_flag=True, help="Recompute every clip even if the cache is up to date.")
+@click.option("--rebuild", is_flag=True,
+              help="Replace a cache prepared with other parameters (audio, text, corpus or filters) in "
+                   "data.cache_dir; without it, that cache is kept and prepare refuses, naming what changed.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Threads processing clips (default: every core).")
@@ -21,15 +24,18 @@ from myxtts.cli.common import clean_errors, config_option, load, override_option
               help="Give up (exit 2) after waiting this long for another prepare of the same cache "
                    "(default: wait until it is done).")
 @clean_errors(ValueError, OSError)
-def prepare_command(config_path: str, overrides: tuple[str, ...], force: bool, no_progress: bool,
+def prepare_command(config_path: str, overrides: tuple[str, ...], force: bool, rebuild: bool, no_progress: bool,
                     workers: int | None, lock_timeout: float | None) -> None:
     """Validate every clip, compute mel features once and write the cache (cfg.data.cache_dir); a rerun
-    processes only new or changed clips, and after a stopped run only the clips it did not finish."""
+    processes only new or changed clips, and after a stopped run only the clips it did not finish.
+
+    data.cache_dir must be new, empty or a myxtts cache: a folder of other files is refused, and so is a cache of
+    other parameters unless --rebuild is given."""
     from myxtts.data.prepare import prepare
 
     cfg = load(config_path, overrides)
     result = prepare(cfg, force=force, progress=not no_progress, echo=click.echo, workers=workers,
-                     lock_timeout=lock_timeout)
+                     lock_timeout=lock_timeout, rebuild=rebuild)
     click.echo(result.summary())
 
 

@@ -4,11 +4,14 @@ Stages: prepare (validated cache) -> batching report (fixed vs buckets) -> train
 fine-tunes the shipped base) -> synthesize a sentence and a few training sentences with a reference clip, measure the alignment and
 (with pocketsphinx) what a recognizer hears -> diagnostics summary (traces, fill, throughput, input wait,
 alignment focus, CER). Each stage calls the library; this module only sequences them and prints.
+
+The workdir is the demo's own run (``myxtts.outputs``): new or empty (then marked as the demo's), or a run an
+earlier demo made, which it resumes; ``--fresh`` replaces that run (moved aside while the new one trains, put back
+if the training fails, removed once it stands). Any other folder is refused before anything runs.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -43,7 +46,8 @@ def _batching_report(cfg) -> dict:
               help="Training steps (default: training.max_steps of the config).")
 @click.option("--text", default=DEMO_TEXT, show_default=False, help="Sentence to synthesize.")
 @click.option("--fresh", is_flag=True,
-              help="Train again (from training.init_from if set, else from scratch) even if the workdir has a checkpoint.")
+              help="Train again (from training.init_from if set, else from scratch) even if the workdir has a "
+                   "checkpoint: the earlier demo run there is replaced once the new one has trained.")
 @click.option("--listen-sentences", type=click.IntRange(min=0), default=TRAINING_SENTENCES, show_default=True,
               help="Training sentences synthesized and listened to next to their recordings (0: only --text).")
 @vocoder_option()
@@ -55,12 +59,17 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     One function on purpose: the five stages read top to bottom in the order the README describes them, each a few
     calls; the work is in the helpers below."""
     from myxtts.data.prepare import prepare
+    from myxtts.outputs import RUN, check_replaceable_run, check_workdir
     from myxtts.vocoder.neural import GRIFFIN_LIM, load_vocoder, vocoder_name
 
     if steps is not None:
         overrides = (*overrides, f"training.max_steps={steps}")
     cfg = load(config_path, overrides)
     run_dir = Path(workdir).resolve()
+    new = check_workdir(run_dir, "demo", RUN, own_only=True)  # the demo writes only into its own run
+    replacing = fresh and not new and RunDir(run_dir).has_checkpoint()
+    if replacing:  # refused now, not after the corpus is prepared
+        check_replaceable_run(run_dir, "demo")
     # a named vocoder is read now, so a mismatched one is refused before training, not after; None: the run's own,
     # which the warm start from the shipped base gives it (the shipped vocoder), else Griffin-Lim
     vocoder = None if vocoder_path is None else load_vocoder(vocoder_path, cfg.audio, f"the config {config_path}")
@@ -76,7 +85,25 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     from myxtts.training import run
 
     has_checkpoint = RunDir(run_dir).has_checkpoint()
-    train_summary = run(cfg, run_dir, resume=has_checkpoint and not fresh, stop_on_signals=True)
+    earlier = _set_earlier_run_aside(run_dir) if replacing else None
+    if new or earlier is not None:
+        from myxtts.outputs import write_marker
+
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_marker(run_dir, "demo", RUN)
+    try:
+        train_summary = run(cfg, run_dir, resume=has_checkpoint and not fresh, stop_on_signals=True)
+    except BaseException:
+        if earlier is not None:  # the new run failed: the earlier one comes back as it was
+            from myxtts.outputs import put_back
+
+            put_back(earlier, run_dir)
+            click.echo(f"the earlier demo run is back in {run_dir}")
+        raise
+    if earlier is not None:
+        from myxtts.outputs import discard
+
+        discard(earlier)
     if train_summary["interrupted_by"]:  # Ctrl-C: the checkpoint is saved; the same command resumes from it
         from myxtts.training.interrupt import die_by
         click.echo("demo stopped; run the same command again to resume the training from its checkpoint")
@@ -100,7 +127,7 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
         raise ValueError("The demo needs at least one prepared training clip as the reference voice.")
     waveform = synthesizer.synthesize(text, reference, batch_size=1)[0].waveform
     wav_path = RunDir(run_dir).demo_wav
-    write_wav(wav_path, waveform, cfg.audio.sample_rate)
+    write_wav(wav_path, waveform, cfg.audio.sample_rate, made_by="demo")
     click.echo(f"text: {text!r}")
     click.echo(f"reference: {reference}")
     click.echo(f"vocoder: {said_vocoder}")
@@ -137,6 +164,20 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     click.echo("\n".join(lines))
 
 
+def _set_earlier_run_aside(run_dir: Path) -> Path:
+    """``--fresh``: the earlier demo run renamed to a sibling (under its lock: no training writes it meanwhile)."""
+    from myxtts.locks import lock_run_directory
+    from myxtts.outputs import set_aside
+
+    held = lock_run_directory(run_dir)
+    try:
+        aside = set_aside(run_dir)
+    finally:
+        held.release()
+    click.echo(f"--fresh: the earlier demo run is kept in {aside} until this one has trained")
+    return aside
+
+
 def _sentences(cfg, split: str, count: int) -> list[tuple[str, Path]]:
     """(text, wav path) of the first ``count`` utterances of a split of the prepared corpus (sorted ids)."""
     from myxtts.data.cache import read_manifest
@@ -167,7 +208,7 @@ def _listen(cfg, synthesizer, text: str, sentences: list[tuple[str, Path]], refe
         heard += f" | Whisper: {item.whisper_heard!r} (WER {item.whisper_wer:.2f})" \
             if item.whisper_heard is not None else ""
         click.echo(f"- {item.text[:60]!r}: {item.seconds:.1f} s, {item.frames_per_token:.1f} frames per token{heard}")
-    RunDir(run_dir).listening_record.write_text(json.dumps(check.to_dict(), indent=2), encoding="utf-8")
+    RunDir(run_dir).write_json(RunDir(run_dir).listening_record, check.to_dict())
     return check
 
 

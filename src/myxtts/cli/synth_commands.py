@@ -60,8 +60,11 @@ def _read_texts(text: str | None, text_file: str | None, one_document: bool) -> 
 @click.option("--reference", "references", required=True, multiple=True, type=click.Path(),
               help="Reference voice clip (any audio format; 3-6 s of speech). Repeat it with more clips of the same "
                    "voice: their speaker latents are averaged.")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Output wav (the whole text).")
-@click.option("--out-dir", type=click.Path(file_okay=False), help="Output folder (001.wav, 002.wav, ...).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False),
+              help="Output wav (the whole text): new, or a wav an earlier synthesize wrote (any other file is "
+                   "refused); written whole or not at all.")
+@click.option("--out-dir", type=click.Path(file_okay=False),
+              help="Output folder (001.wav, 002.wav, ...; each new or an earlier synthesize's).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True,
               help="Texts decoded together (one compiled graph per batch size and text bucket).")
 @click.option("--speed", type=click.FloatRange(min=0.1, max=10.0), default=1.0, show_default=True,
@@ -71,7 +74,9 @@ def _read_texts(text: str | None, text_file: str | None, one_document: bool) -> 
 def synthesize_command(run_dir, checkpoint, config_path, text, text_file, references, out_path, out_dir,
                        batch_size, speed, vocoder_path) -> None:
     """Text + a reference voice clip -> 16-bit WAV at the configured sample rate."""
+    from myxtts.outputs import check_output_file
     from myxtts.synthesis import write_numbered_wavs
+    from myxtts.synthesis.synthesizer import numbered_wav_paths
     from myxtts.vocoder import write_wav
     from myxtts.vocoder.neural import vocoder_name
 
@@ -82,13 +87,18 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
     missing = [reference for reference in references if not Path(reference).is_file()]
     if missing:
         raise ValueError(f"Reference clip not found: {', '.join(missing)}")
+    # before the model loads: an existing file is replaced only when an earlier `synthesize` wrote it
+    for target, option in ([(out_path, "--out")] if out_path else
+                           [(path, "--out-dir") for path in numbered_wav_paths(len(texts), out_dir)]):
+        check_output_file(target, "synthesize", option)
     synthesizer = _synthesizer(run_dir, checkpoint, config_path, batch_size, vocoder_path, length_scale=1.0 / speed)
     documents = synthesizer.synthesize_long(texts, list(references))
     rate = synthesizer.sample_rate
     if out_path:
-        paths = [write_wav(out_path, documents[0].waveform, rate)]
+        paths = [write_wav(out_path, documents[0].waveform, rate, made_by="synthesize")]
     else:
-        paths = write_numbered_wavs([document.waveform for document in documents], out_dir, rate)
+        paths = write_numbered_wavs([document.waveform for document in documents], out_dir, rate,
+                                    made_by="synthesize")
     for path, document in zip(paths, documents):
         seconds = len(document.waveform) / rate
         compute = sum(r.decode_seconds + r.vocoder_seconds for r in document.results)
@@ -107,7 +117,8 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
               help="Corpus folder (LJSpeech layout) or list file; default: the run's validation split.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Config replacing the run's.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Evaluate at most N clips.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the report as JSON here.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the report as JSON here (new, or an earlier evaluate's report; any other file is refused).")
 @click.option("--plots", "plots_dir", type=click.Path(file_okay=False),
               help="Write mel / alignment PNGs per clip here.")
 @vocoder_option()
@@ -117,7 +128,10 @@ def evaluate_command(run_dir, data_path, config_path, limit, json_path, plots_di
     recordings' (pitch conditioning), real-time factor."""
     from myxtts.evaluation.evaluate import evaluate_run
     from myxtts.locks import lock_run_directory
+    from myxtts.outputs import check_output_file
 
+    if json_path:  # before anything is evaluated: never a file evaluate did not write (a run's config.yaml)
+        check_output_file(json_path, "evaluate", "--json")
     writes_into_run = [p for p in (json_path, plots_dir) if p and _inside(Path(p), Path(run_dir))]
     lock = lock_run_directory(run_dir) if writes_into_run else None  # a training writing the run excludes us
     try:
@@ -138,8 +152,10 @@ def _write_report(report: dict, json_path: str | None) -> None:
 
     click.echo(format_report(report))
     if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(report, indent=2), encoding="utf-8")
+        from myxtts.outputs import FILE_MARK_KEY, MARK_PREFIX, write_file_atomically
+
+        marked = {FILE_MARK_KEY: MARK_PREFIX + "evaluate", **report}  # what a later --json may replace
+        write_file_atomically(json_path, lambda handle: handle.write(json.dumps(marked, indent=2).encode("utf-8")))
         click.echo(f"wrote {json_path}")
 
 

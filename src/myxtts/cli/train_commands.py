@@ -12,19 +12,21 @@ from myxtts.cli.common import clean_errors, config_option, load, override_option
 def _known_errors() -> tuple[type[BaseException], ...]:
     from myxtts.data.cache import CacheError
     from myxtts.locks import DirectoryBusyError
+    from myxtts.outputs import OutputRefused
     from myxtts.training import NonFiniteLossError, WorkdirError
     from myxtts.training.checkpoint import CheckpointError
     from myxtts.training.distribute import DistributionError
     from myxtts.training.warm_start import WarmStartError
     from myxtts.diagnostics import RetraceError
     return (CacheError, DirectoryBusyError, NonFiniteLossError, WorkdirError, CheckpointError, DistributionError,
-            RetraceError, WarmStartError)
+            RetraceError, WarmStartError, OutputRefused)
 
 
 @click.command("train")
 @config_option()
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
-              help="Run directory (checkpoints, metrics.jsonl, tensorboard/). Default: runs/<config name>.")
+              help="Run directory (checkpoints, metrics.jsonl, tensorboard/): new, empty, or a training run (a folder "
+                   "of other files is refused). Default: runs/<config name>.")
 @click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in the workdir.")
 @click.option("--init-from", "init_from", type=click.Path(exists=True), default=None,
               help="Warm start: the model weights of another run (its directory, e.g. pretrained/base-espeak-tiny, "

@@ -14,12 +14,13 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from myxtts.data.vocoder_segments import VocoderDataError
     from myxtts.diagnostics import RetraceError
     from myxtts.locks import DirectoryBusyError
+    from myxtts.outputs import OutputRefused
     from myxtts.synthesis import RunError
     from myxtts.training.checkpoint import CheckpointError
     from myxtts.training.vocoder_trainer import VocoderTrainingError
     from myxtts.vocoder.neural import VocoderError
     return (CacheError, VocoderDataError, RetraceError, DirectoryBusyError, CheckpointError, VocoderTrainingError,
-            VocoderError, RunError)
+            VocoderError, RunError, OutputRefused)
 
 
 @click.command("train-vocoder")
@@ -33,7 +34,8 @@ def _known_errors() -> tuple[type[BaseException], ...]:
                    "pretrained/vocoder-vocos-ljspeech): fine-tuning on this config's corpus.")
 @click.option("--acoustic-run", "acoustic_run", type=click.Path(exists=True, file_okay=False), default=None,
               help="Train on this acoustic model's teacher-forced mels of the corpus (ground-truth aligned, written "
-                   "once into WORKDIR/acoustic-mels), so the vocoder learns the mels it will read at synthesis.")
+                   "once into WORKDIR/acoustic-mels), so the vocoder learns the mels it will read at synthesis; once "
+                   "trained, its generator is installed as RUN/vocoder, so --workdir must lie outside RUN.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (for logs).")
 @override_option()
 def train_vocoder_command(config_path: str, workdir: str | None, resume: bool, init_from: str | None,
@@ -48,7 +50,11 @@ def train_vocoder_command(config_path: str, workdir: str | None, resume: bool, i
 
     @clean_errors(*_known_errors())
     def go() -> dict:
+        from myxtts.outputs import check_outside_acoustic_run
         from myxtts.training.interrupt import die_by
+
+        if acoustic_run is not None:  # refused before anything is loaded or written
+            check_outside_acoustic_run(workdir, acoustic_run)
         from myxtts.training.vocoder_trainer import train_vocoder
         summary = train_vocoder(cfg, workdir, resume=resume, init_from=init_from, acoustic_run=acoustic_run,
                                 progress=not no_progress, echo=click.echo, stop_on_signals=True)

@@ -156,7 +156,11 @@ def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> 
 
 
 def save_config(cfg: Config, path: str | os.PathLike) -> None:
-    """Write the resolved config (every key, defaults included) as YAML."""
+    """Write the resolved config (every key, defaults included) as YAML, whole or not at all (temporary name,
+    fsync, rename): a run's config.yaml is rewritten on every start and resume, and a kill mid-write must leave the
+    previous one, never half a file."""
+    from myxtts.data.durable import write_durably
+
     data = cfg.to_dict()
     data["data"]["corpus_path"] = str(cfg.corpus_path)
     data["data"]["cache_dir"] = str(cfg.cache_dir)
@@ -164,4 +168,4 @@ def save_config(cfg: Config, path: str | os.PathLike) -> None:
         corpus["path"] = str(cfg.resolve(corpus["path"]))
     if cfg.init_from is not None:
         data["training"]["init_from"] = str(cfg.init_from)
-    Path(path).write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    write_durably(Path(path), yaml.safe_dump(data, sort_keys=False))

@@ -1,15 +1,19 @@
 """What ``prepare`` does once its manifest has landed (see ``myxtts.data.prepare``): write ``bucket_plan.json`` from
 the manifest's plan, delete the journal, delete the files the manifest no longer names; and, on a later run,
-finish those steps for a prepare that was stopped after its manifest."""
+finish those steps for a prepare that was stopped after its manifest.
+
+Only files at the names prepare gives its own (``cache.written_by_prepare``: utterance and audio files, indexes, its
+temporary files) are ever deleted, and only in a folder that is a myxtts cache (``outputs.check_cache_dir``, asked
+before prepare writes anything): a file someone else put there stays, whatever its name's folder."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 from myxtts.data.buckets import PLAN_FILE, BucketParams, BucketPlan, log_misfits, plan_buckets
-from myxtts.data.cache import INDEX_FILE, INDEX_PREFIX, UTTERANCE_DIR, FeatureCache, audio_file, index_path
+from myxtts.data.cache import (INDEX_FILE, INDEX_PREFIX, UTTERANCE_DIR, FeatureCache, audio_file, index_path,
+                               written_by_prepare)
 from myxtts.data.durable import reached
 from myxtts.data.journal import JOURNAL_FILE
 from myxtts.locks import CACHE_READ_LOCK, DirectoryLock
@@ -26,24 +30,25 @@ def after_manifest(cache_dir: Path, manifest: dict[str, Any], plan: BucketPlan) 
 
 
 def remove_unreferenced(cache_dir: Path, manifest: dict[str, Any]) -> None:
-    """Delete what ``manifest`` does not name: utterance and audio files, other indexes, temporary files of a
-    stopped write, leftovers of format 1. The indexes go last: an index besides the manifest's marks a cleanup
-    still to finish (``finish_stopped_update``)."""
+    """Delete the files prepare wrote that ``manifest`` does not name: utterance and audio files, other indexes,
+    temporary files of a stopped write. The indexes go last: an index besides the manifest's marks a cleanup still
+    to finish (``finish_stopped_update``)."""
     referenced = {file for entry in manifest["clips"].values() if "file" in entry
                   for file in (entry["file"], audio_file(entry["file"]))}
     for path in (cache_dir / UTTERANCE_DIR).glob("*/*"):
-        if path.relative_to(cache_dir).as_posix() not in referenced:
+        relative = path.relative_to(cache_dir).as_posix()
+        if relative not in referenced and written_by_prepare(relative) and not path.is_symlink() and path.is_file():
             path.unlink(missing_ok=True)
-    shutil.rmtree(cache_dir / "shards", ignore_errors=True)
     for path in _leftovers(cache_dir, manifest):
         path.unlink(missing_ok=True)
 
 
 def _leftovers(cache_dir: Path, manifest: dict[str, Any]) -> list[Path]:
-    """Temporary files and indexes other than the manifest's, at the cache's top level."""
+    """Temporary files prepare wrote and indexes other than the manifest's, at the cache's top level."""
     current = index_path(cache_dir, manifest)
     found = [*cache_dir.glob("*.tmp"), *cache_dir.glob(f"{INDEX_PREFIX}*.npz"), cache_dir / INDEX_FILE]
-    return sorted(path for path in found if path != current and path.is_file())
+    return sorted(path for path in found if path != current and written_by_prepare(path.name)
+                  and not path.is_symlink() and path.is_file())
 
 
 def finish_stopped_update(cache_dir: Path, manifest: dict[str, Any]) -> None:

@@ -36,6 +36,7 @@ import hashlib
 import io
 import json
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -102,7 +103,7 @@ def check_manifest(cache_dir: Path, expected_hash: str,
         return None, (f"the F0 tracker's settings changed ({manifest.get('pitch_tracker')} -> {TRACKER}): "
                       "every clip's pitch track is computed again")
     if manifest.get("feature_hash") != expected_hash:
-        changed = "".join(_changed_keys(manifest.get("feature_params", {}), current_params or {}))
+        changed = "".join(changed_parameters(manifest.get("feature_params", {}), current_params or {}))
         return None, (f"feature hash changed ({manifest.get('feature_hash')} -> {expected_hash}): audio, text, "
                       f"corpus or filter parameters differ from the cached ones{changed}")
     problem = index_problem(cache_dir, manifest)
@@ -164,7 +165,9 @@ def manifest_mel_stats(cache_dir: Path, manifest: dict[str, Any]) -> MelStats:
     return stats
 
 
-def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def changed_parameters(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """`` (key: old -> new; ...)`` for the feature parameters that differ (one string, or none when none differs
+    or ``new`` is empty): what a feature-hash change is explained by."""
     if not new:
         return []
     changed = [f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in sorted(set(old) | set(new))
@@ -203,6 +206,20 @@ def write_utterance(path: Path, tokens: np.ndarray, mel: np.ndarray, pitch: np.n
         handle.write(header.tobytes() + tokens.tobytes() + mel.tobytes() + pitch.tobytes())
     os.replace(tmp, path)  # flushed to disk with the others before the manifest names it (write_manifest)
     return path.stat().st_size
+
+
+# the names prepare gives the files it writes (``utterances/XX/KEY.utt``: KEY 24 hex digits, XX its first
+# two; ``save_index``; ``write_durably``'s temporary names): the only files it ever deletes
+_PREPARED_NAMES = re.compile(
+    rf"{UTTERANCE_DIR}/([0-9a-f]{{2}})/\1[0-9a-f]{{22}}\.(?:utt|wav)(?:\.tmp)?"
+    rf"|{re.escape(INDEX_PREFIX)}[0-9a-f]{{16}}\.npz(?:\.tmp)?|{re.escape(INDEX_FILE)}"
+    r"|(?:manifest\.json|vocab\.json|rejected\.csv|bucket_plan\.json)\.tmp")
+
+
+def written_by_prepare(relative_path: str) -> bool:
+    """True when ``relative_path`` (inside a cache folder, ``/``-separated) is a name ``prepare`` gives the files it
+    writes: an utterance or its audio (or their temporary names), an index, a temporary file of its records."""
+    return _PREPARED_NAMES.fullmatch(relative_path) is not None
 
 
 def audio_file(utterance_file: str) -> str:
@@ -293,7 +310,8 @@ class FeatureCache:
         manifest, problem = check_manifest(cache_dir, cfg.feature_hash(), feature_params(cfg))
         if manifest is None:
             raise CacheError(f"Cannot use the feature cache: {problem}. Run `myxtts prepare --config <your config>` "
-                             "to (re)build it.")
+                             "to (re)build it (with --rebuild if the cache there was prepared with other parameters, "
+                             "or set a new data.cache_dir to keep it).")
         return cls(cache_dir, manifest, load_index(cache_dir, manifest))
 
     def __len__(self) -> int:

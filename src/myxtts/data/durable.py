@@ -63,10 +63,12 @@ def replace_durably(tmp: Path, path: Path, sync_directory: bool = True) -> None:
 
 
 def write_durably(path: Path, data: bytes | str) -> None:
-    """Write ``path`` whole or not at all, durably: temporary name, fsync, rename, fsync of the directory."""
+    """Write ``path`` whole or not at all, durably: temporary name, fsync, rename, fsync of the directory. A link at
+    the temporary name is refused (never written through); a link at ``path`` is replaced by the file."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    with os.fdopen(fd, "wb") as handle:
         handle.write(data.encode("utf-8") if isinstance(data, str) else data)
     replace_durably(tmp, path)
 

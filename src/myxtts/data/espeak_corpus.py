@@ -11,7 +11,10 @@ Output (the ``list`` corpus layout of ``myxtts.data.corpus.read_list``)::
 
 Each sentence is spoken by one voice; the assignment is a seeded shuffle dealt round-robin, so every
 voice gets the same number of sentences (+-1) and the same seed gives the same corpus. Files already
-on disk are reused, so a rerun (or a larger ``--sentences``) only renders what is missing.
+on disk are reused, so a rerun (or a larger ``--sentences``) only renders what is missing. ``OUT`` must be new,
+empty or an earlier output of this command (``outputs.check_corpus_folder``; its ``.myxtts.json`` says so, or for
+one rendered before markers, a ``list.txt`` of this layout and nothing else): any other folder is refused before
+anything is written.
 Voices differ in espeak variant (formants, breathiness), accent, pitch and speed: a speaker-similarity
 measure must be able to tell them apart (``tests/evaluation/test_listening.py`` checks it does).
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import os
 import queue
 import random
+import re
 import wave
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,6 +34,8 @@ from typing import Sequence
 import numpy as np
 
 LIST_FILE = "list.txt"
+COMMAND = "corpus espeak"
+_RENDERED_LINE = re.compile(r"wavs/([\w.\-]+)/[^/|]+\.wav\|[^|]*\|\1")  # OUT/list.txt's lines: path|text|voice
 BUNDLED_TRANSCRIPTS = Path(__file__).resolve().parents[3] / "data" / "ljspeech-bundled" / "metadata.csv"
 
 
@@ -212,6 +218,19 @@ def _render_one(renderers: "queue.SimpleQueue", voice: EspeakVoice, text: str, t
         renderers.put(renderer)
 
 
+def is_earlier_render(out_dir: Path) -> bool:
+    """A corpus this command rendered before its output was marked: ``list.txt`` of its layout and ``wavs/`` of
+    voice folders, nothing else."""
+    names = {path.name for path in out_dir.iterdir()}
+    if not names <= {LIST_FILE, "wavs"} or LIST_FILE not in names:
+        return False
+    try:
+        lines = (out_dir / LIST_FILE).read_text(encoding="utf-8").splitlines()
+    except (OSError, ValueError):
+        return False
+    return bool(lines) and all(_RENDERED_LINE.fullmatch(line) for line in lines)
+
+
 def render_corpus(sentences: Sequence[Sentence], voices: Sequence[EspeakVoice] | int, out_dir: str | os.PathLike,
                   jobs: int = 2, seed: int = 0, progress: bool = True) -> RenderResult:
     """Render each sentence with its assigned voice into ``out_dir`` and write ``out_dir/list.txt``.
@@ -238,7 +257,13 @@ def render_corpus(sentences: Sequence[Sentence], voices: Sequence[EspeakVoice] |
         if "|" in sentence.text or "\n" in sentence.text or "/" in sentence.id:
             raise ValueError(f"Sentence {sentence.id!r} cannot go in a list file ('|' or a newline in the text, "
                              "or '/' in the id).")
+    from myxtts.data.durable import write_durably
+    from myxtts.outputs import CORPUS, check_corpus_folder, write_marker
+
     out_dir = Path(out_dir)
+    if check_corpus_folder(out_dir, COMMAND, earlier=is_earlier_render):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_marker(out_dir, COMMAND, CORPUS)
     assigned = assign_voices(sentences, voices, seed)
     targets = [out_dir / "wavs" / voice.name / f"{sentence.id}.wav" for sentence, voice in zip(sentences, assigned)]
     for voice in voices:
@@ -272,6 +297,6 @@ def render_corpus(sentences: Sequence[Sentence], voices: Sequence[EspeakVoice] |
     lines = [f"{target.relative_to(out_dir).as_posix()}|{sentence.text}|{voice.name}"
              for sentence, voice, target in zip(sentences, assigned, targets)]
     list_file = out_dir / LIST_FILE
-    list_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_durably(list_file, "\n".join(lines) + "\n")
     speakers = {voice.name: sum(1 for other in assigned if other.name == voice.name) for voice in voices}
     return RenderResult(list_file, len(targets), len(missing), len(targets) - len(missing), speakers)

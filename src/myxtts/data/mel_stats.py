@@ -110,10 +110,12 @@ class MelStats:
             raise MelStatsError(f"{source}: malformed mel statistics ({err}).") from None
 
     def save(self, path: str | Path) -> Path:
+        """Write ``to_dict()`` as JSON, whole or not at all (temporary name, fsync, rename): a run's copy is
+        rewritten on every start and resume."""
+        from myxtts.data.durable import write_durably
+
         path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1), encoding="utf-8")
-        tmp.replace(path)
+        write_durably(path, json.dumps(self.to_dict(), indent=1))
         return path
 
     @classmethod

@@ -14,7 +14,14 @@ Freshness: the manifest records a fingerprint per clip (path, size, modification
 speaker, language; ``myxtts.data.fingerprint``) and of the whole corpus. A rerun compares them:
 nothing changed -> the cache is reused (no audio read); otherwise only the new or changed clips are
 processed, removed ones dropped, and the report says how many of each. Any change of an audio / text
-/ corpus / filter parameter changes the feature hash and rebuilds everything (the reason is reported).
+/ corpus / filter parameter changes the feature hash: the cache of the other parameters is never replaced unasked
+(``CacheParametersChanged`` names the changed keys); ``rebuild=True`` (``myxtts prepare --rebuild``) rebuilds
+everything, or another ``data.cache_dir`` keeps both.
+
+What it writes into: ``cfg.cache_dir`` must be new, empty or a cache prepare made (``outputs.check_cache_dir``,
+before any lock or file): a folder of other files (a corpus prepared into itself) is refused, naming a few of them.
+A new cache is marked (``.myxtts.json``), and only files at the names prepare gives its own are ever deleted
+(``myxtts.data.after_manifest``).
 
 Crash safety (write order, each stage marked by ``myxtts.data.durable.reached``): the journal first records
 the clips reused from the previous cache, then each processed clip once its files are written
@@ -26,8 +33,8 @@ before their rename, the new utterance files all together just before the manife
 ``bucket_plan.json``, the journal's deletion, and the deletion of files the new manifest no longer names.
 Until the manifest lands the previous cache loads as it was (``--force`` included); a kill after it leaves the
 new one, whose leftovers the next run clears. A rerun after any kill redoes only the clips the journal does
-not hold. A rebuild for other parameters (feature hash) deletes the old manifest first: its features are stale
-anyway.
+not hold. A rebuild for other parameters (``rebuild``) deletes the old manifest first: a crash must not leave a
+manifest of the old parameters over files of the new ones.
 
 Locks (``myxtts.locks``): one ``prepare`` writes a cache at a time (a second one waits, then finds it up
 to date), and none changes a file while a training holds the cache's reader lock (it fails, naming it).
@@ -55,7 +62,8 @@ import numpy as np
 from myxtts.data.after_manifest import after_manifest, ensure_bucket_plan, finish_stopped_update
 from myxtts.data.buckets import BucketParams, log_misfits, plan_buckets
 from myxtts.data.cache import (FORMAT_VERSION, MANIFEST_FILE, REJECTED_FILE, VOCAB_FILE, CacheError, audio_file,
-                               check_manifest, feature_params, load_index, read_utterance, save_index, write_manifest)
+                               changed_parameters, check_manifest, feature_params, load_index, read_manifest,
+                               read_utterance, save_index, write_manifest)
 from myxtts.data.clips import Clip, Verdicts, known_verdicts, process_clips, rejection_detail
 from myxtts.data.corpus import Rejection, corpus_sources, read_config_corpus
 from myxtts.data.durable import reached, write_durably
@@ -63,83 +71,38 @@ from myxtts.data.fingerprint import CorpusDiff, clip_fingerprint, corpus_fingerp
 from myxtts.data.language import TextProcessors
 from myxtts.data.journal import JOURNAL_FILE, PrepareJournal
 from myxtts.data.mel_stats import MelStats, MelStatsAccumulator
+from myxtts.data.prepare_result import PrepareResult
 from myxtts.locks import exclude_cache_readers, lock_cache_for_writing
+from myxtts.outputs import CACHE, check_cache_dir, read_marker, write_marker
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class PrepareResult:
-    cache_dir: Path
-    reused: bool  # True: nothing changed, the cache was used as it is
-    reason: str  # why the cache was rebuilt or updated ("" when reused)
-    manifest: dict[str, Any]
-    rejections: list[Rejection] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def summary(self) -> str:
-        m = self.manifest
-        lines = []
-        if self.reused:
-            lines.append(f"Cache is up to date (feature hash {m['feature_hash']}, corpus fingerprint "
-                         f"{m['corpus_fingerprint']}); reused {self.cache_dir} in {self.seconds:.2f} s.")
-        else:
-            update = m["update"]
-            rate = f", {update['clips_per_second']:.1f} clips/s on {update['workers']} thread(s)" \
-                if update["clips_per_second"] else ""
-            lines.append(f"Built cache {self.cache_dir} in {self.seconds:.1f} s (feature hash {m['feature_hash']}; "
-                         "mel stored as float16).")
-            resumed = update.get("resumed", 0)
-            lines.append(f"clips: {update['processed']} processed ({update['added']} new, {update['changed']} "
-                         f"changed{rate}), {update['reused'] - resumed} reused unchanged, {update['removed']} removed"
-                         + (f", {resumed} resumed (finished by a prepare that was stopped)" if resumed else ""))
-        lines.append(f"accepted: {m['counts']['accepted']} utterances ({m['hours']:.3f} h; train "
-                     f"{len(m['splits']['train'])}, validation {len(m['splits']['validation'])}), "
-                     f"speakers: {len(m['speakers'])}, languages: {', '.join(m['languages'])}")
-        by_reason = m["counts"]["rejected_by_reason"]
-        lines.append(f"rejected: {m['counts']['rejected']}" + (
-            " (" + ", ".join(f"{reason}: {count}" for reason, count in sorted(by_reason.items())) + ")"
-            if by_reason else ""))
-        if m["counts"]["rejected"]:
-            lines.append(f"see {self.cache_dir / REJECTED_FILE} for every rejected line and why")
-        single = m["counts"]["single_clip"]
-        if single["clips"]:
-            lines.append(f"single-clip speakers: {single['speakers']} speaker(s), {single['clips']} clip(s) "
-                         + SINGLE_CLIP_USE[m.get("single_clip_policy", "skip")])
-        held_out = m.get("held_out_speakers", [])
-        if held_out:
-            lines.append(f"held-out speakers: {len(held_out)} ({len(m['splits'].get('held_out', []))} clips) kept "
-                         "out of training and validation (the manifest's 'held_out' split)")
-        for corpus in m.get("corpora", []):
-            rates = (f"recorded at {', '.join(f'{r} Hz' for r in corpus['source_sample_rates'])} (bandwidth "
-                     f"{corpus['bandwidth_hz']:g} Hz)")
-            lines.append(f"  corpus {corpus['name']} ({corpus['format']}, weight {corpus['weight']:g}): "
-                         f"{corpus['utterances']} utterances, {corpus['hours']:.2f} h, {corpus['speakers']} speakers, "
-                         f"{rates}" if corpus["name"] else f"source audio {rates}")
-        return "\n".join(lines)
-
-
-SINGLE_CLIP_USE = {"skip": "not trained on (no other clip of the speaker to use as reference; kept in the cache; "
-                           "data.single_clip_policy: slice trains on them)",
-                   "slice": "trained with a slice of the clip itself as the reference, its frames not scored "
-                            "(data.single_clip_policy: slice)"}
+class CacheParametersChanged(CacheError):
+    """The cache folder holds a cache prepared with other feature parameters; prepare never replaces it unasked."""
 
 
 def prepare(cfg: Any, force: bool = False, progress: bool = True,
             echo: Callable[[str], None] = logger.info, workers: int | None = None,
-            lock_timeout: float | None = None) -> PrepareResult:
+            lock_timeout: float | None = None, rebuild: bool = False) -> PrepareResult:
     """Build, update or reuse the feature cache of ``cfg``; see the module docstring.
 
-    ``workers``: threads processing clips (default: every core, ``os.cpu_count()``). ``lock_timeout``: seconds
-    to wait for another ``prepare`` of the same cache (default: as long as it takes), then DirectoryBusyError.
+    ``force``: recompute every clip of a cache of these parameters. ``rebuild``: replace a cache prepared with
+    other parameters (else CacheParametersChanged). ``workers``: threads processing clips (default: every core,
+    ``os.cpu_count()``). ``lock_timeout``: seconds to wait for another ``prepare`` of the same cache (default: as
+    long as it takes), then DirectoryBusyError.
     """
     started = time.perf_counter()
     cache_dir = Path(cfg.cache_dir)
-    d = cfg.data
+    check_cache_dir(cache_dir)  # before the lock: a folder of other files gets no lock file either
     corpus = read_config_corpus(cfg)  # bad input fails before any lock
     fingerprints = {entry.id: clip_fingerprint(entry) for entry in corpus.entries}
     with lock_cache_for_writing(cache_dir, echo, lock_timeout):  # a second prepare waits, then finds it up to date
+        if read_marker(cache_dir) is None:  # a new cache, or one prepared before caches were marked
+            write_marker(cache_dir, "prepare", CACHE)
         manifest, problem = check_manifest(cache_dir, cfg.feature_hash(), feature_params(cfg))
+        if manifest is None and not rebuild:
+            refuse_other_parameters(cfg, cache_dir)
         if manifest is not None and not force:
             if manifest.get("corpus_fingerprint") == corpus_fingerprint(corpus.entries, fingerprints,
                                                                         corpus.rejections):
@@ -165,6 +128,20 @@ def prepare(cfg: Any, force: bool = False, progress: bool = True,
                               workers or os.cpu_count() or 1, previous_stats)
     rejections = _read_rejections(cache_dir)
     return PrepareResult(cache_dir, False, reason, manifest, rejections, time.perf_counter() - started)
+
+
+def refuse_other_parameters(cfg: Any, cache_dir: Path) -> None:
+    """CacheParametersChanged when ``cache_dir``'s manifest was written for another feature hash than ``cfg``'s:
+    naming the changed keys, ``--rebuild`` and a new ``data.cache_dir``."""
+    previous = read_manifest(cache_dir)
+    if previous is None or previous.get("feature_hash") in (None, cfg.feature_hash()):
+        return
+    changed = "".join(changed_parameters(previous.get("feature_params", {}), feature_params(cfg)))
+    raise CacheParametersChanged(
+        f"{cache_dir} holds the cache prepared with other parameters (feature hash {previous['feature_hash']} -> "
+        f"{cfg.feature_hash()}{changed or ': none of the recorded keys differ, the hash covers more'}; corpus "
+        f"{previous.get('corpus')}): `myxtts prepare` never replaces it unasked. Pass --rebuild to replace it, or set "
+        "data.cache_dir to a new folder to keep both (e.g. one cache per corpus).")
 
 
 # ---------------------------------------------------------------------------------------------

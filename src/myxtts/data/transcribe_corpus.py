@@ -131,15 +131,11 @@ def segment_recording(name: str, words: Sequence, duration: float, min_seconds: 
 
 
 def check_out_dir(out_dir: Path) -> None:
-    """A new or empty folder, or this command's earlier output; anything else is refused, naming what is there."""
-    if not out_dir.exists():
-        return
-    if not out_dir.is_dir():
-        raise ValueError(f"--out {out_dir} is a file; name a new folder.")
-    present = sorted(p.name for p in out_dir.iterdir())
-    if present and MARKER_FILE not in present:
-        raise ValueError(f"--out {out_dir} holds files this command did not write ({', '.join(present[:5])}"
-                         f"{' ...' if len(present) > 5 else ''}); name a new or empty folder.")
+    """A new or empty folder, or this command's earlier output (``outputs.check_corpus_folder``; its
+    ``transcribed.json`` says so); anything else is refused, naming what is there."""
+    from myxtts.outputs import check_corpus_folder
+
+    check_corpus_folder(out_dir, "corpus transcribe", earlier=lambda folder: (folder / MARKER_FILE).is_file())
 
 
 def _remove_earlier_clips(out_dir: Path) -> None:

@@ -120,16 +120,17 @@ def export_run(run_dir: str | Path, out_dir: str | Path, config: str | Path | No
     neural vocoder directory or ``griffin-lim`` (None: the run's own, ``RUN/vocoder``, when it has one, else
     Griffin-Lim), refused when it reads other mels than the run's.
 
-    ``out_dir`` must be new, empty, or (``force``) an earlier export: never the run, a cache, nor a folder that holds
-    or lies inside one of them (``output_folder.check_output_folder``, checked before anything is loaded). The export is
-    written beside it and swapped in only once complete, so a failure leaves ``out_dir`` as it was."""
+    ``out_dir`` must be new, empty, or (``force``) an earlier export holding only an export's files: never the run, a
+    cache, nor a folder that holds or lies inside one of them (``outputs.check_output_folder``, checked before anything
+    is loaded). The export is written beside it and swapped in only once complete, so a failure leaves ``out_dir`` as
+    it was."""
     from myxtts.run_dir import checkpoint_step, latest_checkpoint, load_run_mel_stats
     from myxtts.synthesis.loading import load_model_from_run
-    from myxtts.synthesis.output_folder import EXPORT, check_output_folder, write_staged
+    from myxtts.outputs import EXPORT, check_output_folder, write_staged
     from myxtts.vocoder.neural import choose_vocoder, load_vocoder
 
     out_dir = Path(out_dir)
-    check_output_folder(out_dir, run_dir, (EXPORT,), force, "export")
+    check_output_folder(out_dir, run_dir, "export", EXPORT, force)
     checkpoint = latest_checkpoint(run_dir)  # resolved once: the weights and export.json name the same step
     cfg, model, vocabulary = load_model_from_run(run_dir, config, checkpoint=checkpoint)
     vocoder = choose_vocoder(vocoder, run_dir)
@@ -156,4 +157,5 @@ def export_run(run_dir: str | Path, out_dir: str | Path, config: str | Path | No
         (assets / "export.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
         return out_dir
 
-    return write_staged(out_dir, write)  # complete or absent: never a half-written SavedModel under the asked name
+    # complete or absent: never a half-written SavedModel under the asked name
+    return write_staged(out_dir, "export", EXPORT, write)

@@ -82,20 +82,22 @@ def pack_run(run_dir: str | Path, out_dir: str | Path, force: bool = False,
     newest checkpoint's model weights only (no optimizer state: a third of the size), in the run-directory layout,
     so ``synthesize --run OUT`` and ``train --init-from OUT`` take it. Writes and returns ``OUT/model.json``.
 
-    ``out_dir`` must be new, empty or (``force``) an earlier packed model, never the run, a cache, nor a folder that
-    holds or lies inside one (``output_folder.check_output_folder``); the pack is written beside it and swapped in
-    only once complete, so a failure leaves ``out_dir`` as it was.
+    ``out_dir`` must be new, empty or (``force``) an earlier packed model of ``pack`` holding only a pack's files;
+    never the run, a packed vocoder, a cache, nor a folder that holds or lies inside one
+    (``outputs.check_output_folder``); the pack is written beside it and swapped in only once complete, so a failure
+    leaves ``out_dir`` as it was.
 
     ``vocoder``: the packed model's own vocoder (``OUT/vocoder``): a vocoder directory, ``griffin-lim`` for none, or
     None for the run's own if it has one (``vocoder.neural.choose_vocoder``)."""
     import shutil
 
-    from myxtts.synthesis.output_folder import PACKED, check_output_folder, write_staged
+    from myxtts.outputs import (OWN_VOCODER, PACKED_MODEL, PACKED_VOCODER, check_output_folder, write_marker,
+                                write_staged)
     from myxtts.vocoder.neural import GRIFFIN_LIM, choose_vocoder
     from myxtts.vocoder.packing import check_vocoder_for, write_vocoder_pack
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    check_output_folder(out_dir, run_dir, PACKED, force, "pack")
+    check_output_folder(out_dir, run_dir, "pack", PACKED_MODEL, force)
     own_vocoder = choose_vocoder(vocoder, run_dir)
     own_vocoder = None if own_vocoder == GRIFFIN_LIM else own_vocoder
     checkpoint = latest_checkpoint(run_dir)  # resolved once: the weights, step and minutes all come from this prefix
@@ -124,9 +126,10 @@ def pack_run(run_dir: str | Path, out_dir: str | Path, force: bool = False,
                   "bytes": packed.checkpoint_bytes(), "vocoder": None}
         if own_vocoder is not None:
             vocoder_record = write_vocoder_pack(own_vocoder, packed.own_vocoder)
+            write_marker(packed.own_vocoder, OWN_VOCODER, PACKED_VOCODER)  # an install may replace it later
             record["vocoder"] = {"source": _portable(Path(own_vocoder)), "family": vocoder_record["family"],
                                  "step": vocoder_record["step"], "bytes": vocoder_record["bytes"]}
         packed.write_json(packed.model_record, record)
         return record
 
-    return write_staged(out_dir, write)
+    return write_staged(out_dir, "pack", PACKED_MODEL, write)

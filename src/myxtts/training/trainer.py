@@ -7,13 +7,14 @@ path but ``next(iterator)`` and the compiled call.
 
 The run directory it writes (config, vocabulary, mel statistics, corpus summary, warm-start record,
 checkpoints with the model, optimizer, counters and data iterator, metrics, summaries, retraces, the lock):
-``myxtts.run_dir``, the one place that names its files.
+``myxtts.run_dir``, the one place that names its files. The workdir must be new, empty or a training run
+(``outputs.check_workdir``, before anything is written); a new one is marked as ``train``'s. The records are written
+whole or not at all (temporary name, fsync, rename), so a kill mid-write never leaves a run that does not load.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -25,6 +26,7 @@ import tensorflow as tf
 from myxtts.config import Config, save_config
 from myxtts.diagnostics.tf_warning import expected_traces
 from myxtts.locks import lock_cache_for_reading, lock_run_directory
+from myxtts.outputs import RUN, check_workdir, read_marker, write_marker
 from myxtts.run_dir import RunDir
 from myxtts.training.checkpoint import Checkpoints, WorkdirError, check_resumable
 from myxtts.training.device_feed import DeviceFeed, default_device
@@ -64,6 +66,7 @@ class Trainer(StagedRun):
 
     # ---- stages ------------------------------------------------------------------------------------
     def stage_config(self) -> None:
+        new = check_workdir(self.workdir, "train", RUN)  # a folder of other files is refused before any write
         t = self.cfg.training
         if t.deterministic:
             tf.config.experimental.enable_op_determinism()
@@ -74,6 +77,8 @@ class Trainer(StagedRun):
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self.chief:  # one writer per run directory: a second `train` fails here, before touching anything
             self.locks.append(lock_run_directory(self.workdir))
+            if new and read_marker(self.workdir) is None:
+                write_marker(self.workdir, "train", RUN)
 
     def stage_data(self) -> None:
         from myxtts.data.cache import VOCAB_FILE
@@ -138,10 +143,11 @@ class Trainer(StagedRun):
         # only once the run directory has accepted this config: a refused resume or start keeps the run's own files
         if self.chief:
             from myxtts.data.cache import corpus_summary
+            from myxtts.data.durable import write_durably
 
             run = RunDir(self.workdir)
             save_config(self.cfg, run.config)
-            shutil.copyfile(self.vocab_path, run.vocab)
+            write_durably(run.vocab, self.vocab_path.read_bytes())
             self.mel_stats.save(run.mel_stats)
             run.write_json(run.corpus, corpus_summary(self.train_pipeline.source.manifest))  # read by a warm start
 

@@ -72,7 +72,12 @@ class VocoderTrainer(StagedRun):
 
     # ---- stages ------------------------------------------------------------------------------------
     def stage_config(self) -> None:
+        from myxtts.outputs import VOCODER_RUN, check_outside_acoustic_run, check_workdir, read_marker, write_marker
+
         check_vocoder_keys(self.cfg)
+        if self.acoustic_run is not None:  # RUN/vocoder is where the trained generator is installed
+            check_outside_acoustic_run(self.workdir, self.acoustic_run)
+        new = check_workdir(self.workdir, "train-vocoder", VOCODER_RUN)  # refused before any write
         t = self.cfg.training
         if t.deterministic:
             tf.config.experimental.enable_op_determinism()
@@ -80,6 +85,8 @@ class VocoderTrainer(StagedRun):
         tf.config.run_functions_eagerly(t.enable_eager_debug)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.locks.append(lock_run_directory(self.workdir))
+        if new and read_marker(self.workdir) is None:
+            write_marker(self.workdir, "train-vocoder", VOCODER_RUN)
         # refused here, before --acoustic-run's mels or the config are written over the run's own
         latest = tf.train.latest_checkpoint(str(RunDir(self.workdir).checkpoints))
         if latest and not self.resume:
@@ -330,6 +337,7 @@ def train_vocoder(cfg: Config, workdir: str | Path, resume: bool = False, **opti
     ``acoustic_run``, a training that ends by its steps or minutes (not by a signal) makes the vocoder that run's
     own (``RUN/vocoder``, ``vocoder.packing``): what synthesis of the run uses when no vocoder is named."""
     from myxtts.locks import DirectoryBusyError
+    from myxtts.outputs import OutputRefused
     from myxtts.vocoder.packing import install_own_vocoder
 
     trainer = VocoderTrainer(cfg, workdir, resume, **options)
@@ -342,6 +350,10 @@ def train_vocoder(cfg: Config, workdir: str | Path, resume: bool = False, **opti
     except DirectoryBusyError as err:  # the vocoder is trained and kept: only its installation waits
         trainer.echo(f"warning: not installed as {trainer.acoustic_run}'s own vocoder ({err}). Pass --vocoder "
                      f"{workdir} to synthesize, or run this command again with --resume once it is free.")
+        return summary
+    except OutputRefused as err:  # what is at RUN/vocoder is not an own vocoder: it stays, and so does this run
+        trainer.echo(f"warning: not installed as {trainer.acoustic_run}'s own vocoder: {err} The trained vocoder is "
+                     f"{workdir}; pass --vocoder {workdir} to synthesize meanwhile.")
         return summary
     summary["installed_in"] = str(RunDir(trainer.acoustic_run).own_vocoder)
     trainer.echo(f"installed step {record['step']} as {trainer.acoustic_run}'s own vocoder "

@@ -21,15 +21,25 @@ class Vocoder(abc.ABC):
         ...
 
 
-def write_wav(path: str | os.PathLike, waveform: tf.Tensor | np.ndarray, sample_rate: int) -> Path:
-    """Write ``[samples]`` (or ``[samples, channels]``) float audio as 16-bit PCM WAV, clipped to [-1, 1]."""
+def write_wav(path: str | os.PathLike, waveform: tf.Tensor | np.ndarray, sample_rate: int,
+              made_by: str | None = None) -> Path:
+    """Write ``[samples]`` (or ``[samples, channels]``) float audio as 16-bit PCM WAV, clipped to [-1, 1], whole or
+    not at all (a temporary sibling renamed over ``path``). ``made_by``: the command writing it, recorded as the
+    WAV's software tag (``myxtts COMMAND``), which ``outputs.check_output_file`` reads before replacing it."""
+    from myxtts.outputs import MARK_PREFIX, write_file_atomically
+
     wave = np.asarray(waveform, dtype=np.float32)
     if wave.ndim not in (1, 2) or wave.size == 0:
         raise ValueError(f"write_wav: expected a non-empty [samples] or [samples, channels] waveform, got "
                          f"shape {wave.shape}.")
     if not np.all(np.isfinite(wave)):
         raise ValueError(f"write_wav: waveform for {path} holds NaN or Inf samples.")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    soundfile.write(str(path), np.clip(wave, -1.0, 1.0), int(sample_rate), subtype="PCM_16", format="WAV")
-    return path
+
+    def write(handle) -> None:
+        channels = 1 if wave.ndim == 1 else wave.shape[1]
+        with soundfile.SoundFile(handle, "w", int(sample_rate), channels, "PCM_16", format="WAV") as out:
+            if made_by is not None:
+                out.software = MARK_PREFIX + made_by
+            out.write(np.clip(wave, -1.0, 1.0))
+
+    return write_file_atomically(Path(path), write)

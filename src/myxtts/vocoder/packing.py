@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +55,15 @@ def pack_vocoder(run_dir: str | Path, out_dir: str | Path, force: bool = False,
                  with_discriminators: bool = False) -> dict[str, Any]:
     """A vocoder run's newest generator, without optimizers (and without discriminators unless
     ``with_discriminators``: what ``train-vocoder --init-from`` fine-tunes from), as a folder to ship. ``out_dir``
-    follows ``pack_run``'s rule: new, empty or (``force``) an earlier pack, replaced only once the new one is
-    complete; never the run, a cache, nor a folder that holds or lies inside one."""
-    from myxtts.synthesis.output_folder import PACKED, check_output_folder, write_staged
+    follows ``myxtts.outputs.check_output_folder``: new, empty or (``force``) an earlier packed vocoder of ``pack``,
+    replaced only once the new one is complete; never the run, a packed model, a cache, nor a folder that holds or
+    lies inside one."""
+    from myxtts.outputs import PACKED_VOCODER, check_output_folder, write_staged
 
-    check_output_folder(Path(out_dir), run_dir, PACKED, force, "pack")
+    check_output_folder(Path(out_dir), run_dir, "pack", PACKED_VOCODER, force)
     read_vocoder_dir(run_dir)  # a clear error before anything is written
-    return write_staged(out_dir, lambda staging: write_vocoder_pack(run_dir, staging, with_discriminators))
+    return write_staged(out_dir, "pack", PACKED_VOCODER,
+                        lambda staging: write_vocoder_pack(run_dir, staging, with_discriminators))
 
 
 def check_vocoder_for(vocoder: str | Path, acoustic_cfg: Any, acoustic_name: str) -> None:
@@ -74,29 +75,27 @@ def check_vocoder_for(vocoder: str | Path, acoustic_cfg: Any, acoustic_name: str
 def install_own_vocoder(source: str | Path, acoustic_run: str | Path, acoustic_cfg: Any = None,
                         lock: bool = True) -> dict[str, Any]:
     """Make ``source`` (a vocoder run or a packed vocoder) ``acoustic_run``'s own vocoder: its generator packed into
-    ``RUN/vocoder``, replacing an earlier one only once complete. Refused (VocoderMismatchError) when it reads other
-    mels than the run makes (``acoustic_cfg``, else the run's ``config.yaml``); with ``lock``, a training run is
-    locked meanwhile (DirectoryBusyError while another process writes it; ``lock=False`` for the writer itself).
+    a staged folder beside ``RUN/vocoder`` and swapped in only once complete (``outputs.write_staged``).
+    What is at ``RUN/vocoder`` is replaced only when ``outputs.check_own_vocoder_slot`` allows it: an earlier own
+    vocoder, or a link (replaced itself once the new folder is complete; the folder it names is never touched);
+    never a training run (OutputRefused, before anything is written). Refused (VocoderMismatchError) when it reads
+    other mels than the run makes (``acoustic_cfg``, else the run's ``config.yaml``); with ``lock``, a training run
+    is locked meanwhile (DirectoryBusyError while another process writes it; ``lock=False`` for the writer itself).
     Returns the packed ``vocoder.json``."""
     from myxtts.config import load_config
     from myxtts.locks import lock_run_directory
-    from myxtts.synthesis.output_folder import RUN, folder_kind, write_staged
+    from myxtts.outputs import OWN_VOCODER, PACKED_VOCODER, RUN, check_own_vocoder_slot, folder_kind, write_staged
 
     run = RunDir(acoustic_run)
+    check_own_vocoder_slot(run.own_vocoder, source)  # first: what is there is never touched, whatever else is wrong
     acoustic_cfg = acoustic_cfg if acoustic_cfg is not None else load_config(run.config)
     check_vocoder_for(source, acoustic_cfg, f"the acoustic model {acoustic_run}")
     # a packed model has no writer to exclude, and a lock file would make it look like a training run
     held = lock_run_directory(acoustic_run) if lock and folder_kind(run.path) == RUN else None
-    # a link (the shipped base's links to the shipped vocoder) is replaced itself, never the folder it names
-    link = os.readlink(run.own_vocoder) if run.own_vocoder.is_symlink() else None
     try:
-        if link is not None:
-            run.own_vocoder.unlink()
-        return write_staged(run.own_vocoder, lambda staging: write_vocoder_pack(source, staging))
-    except BaseException:
-        if link is not None and not os.path.lexists(run.own_vocoder):
-            os.symlink(link, run.own_vocoder)  # a failed install leaves the run as it was
-        raise
+        check_own_vocoder_slot(run.own_vocoder, source)  # again under the lock: a writer may have changed it
+        return write_staged(run.own_vocoder, OWN_VOCODER, PACKED_VOCODER,
+                            lambda staging: write_vocoder_pack(source, staging), replace_link=True)
     finally:
         if held is not None:
             held.release()
