@@ -70,3 +70,16 @@ def test_missing_corpus_exits_2(tmp_path: Path) -> None:
     config = write_config(tmp_path, tmp_path / "nowhere")
     result = CliRunner().invoke(main, ["prepare", "--config", str(config), "--no-progress"])
     assert result.exit_code == 2 and "metadata.csv not found" in result.output
+
+
+def test_data_service_refuses_to_listen_on_every_interface_unless_told():
+    """TensorFlow's tf.data service servers have no bind address: without the explicit flag nothing starts, and the
+    refusal says what a reachable dispatcher allows."""
+    from click.testing import CliRunner
+
+    from myxtts.cli import main
+
+    result = CliRunner().invoke(main, ["data-service", "dispatcher", "--port", "0"])
+    assert result.exit_code == 2
+    assert "every network interface" in result.output and "--listen-on-all-interfaces" in result.output
+    assert "listening" not in result.output  # nothing was started

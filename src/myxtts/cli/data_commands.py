@@ -61,14 +61,24 @@ def stats_command(config_path: str, overrides: tuple[str, ...], shapes: int | No
               help="Port to listen on (0: any free port).")
 @click.option("--dispatcher", "dispatcher_address", default=None,
               help="worker: HOST:PORT of the dispatcher to register with.")
+@click.option("--listen-on-all-interfaces", "all_interfaces", is_flag=True,
+              help="Required: TensorFlow's tf.data service servers listen on every network interface (TF has no "
+                   "bind address), and anyone who reaches the port can run any dataset graph as this user; pass it "
+                   "once the port is firewalled to your cluster.")
 @clean_errors(ValueError, OSError)
-def data_service_command(role: str, port: int, dispatcher_address: str | None) -> None:
+def data_service_command(role: str, port: int, dispatcher_address: str | None, all_interfaces: bool) -> None:
     """Run a tf.data service dispatcher or worker until interrupted (for data.service_address).
 
-    Workers must see the prepared cache at the same absolute path as the trainer's config.
+    Workers must see the prepared cache at the same absolute path as the trainer's config. The server listens on
+    every interface and takes no credentials: start it only behind a firewall, with --listen-on-all-interfaces.
     """
     from myxtts.data.service import start_dispatcher, start_worker
 
+    if not all_interfaces:
+        raise ValueError(f"myxtts data-service {role} would listen on port {port} of every network interface "
+                         "(TensorFlow's tf.data service has no bind address) with no credentials: anyone who reaches "
+                         "it can register a dataset graph that its workers run as this user (reading or writing any "
+                         "file). Firewall the port to your cluster's machines, then pass --listen-on-all-interfaces.")
     if role == "worker" and not dispatcher_address:
         raise ValueError("myxtts data-service worker needs --dispatcher HOST:PORT.")
     server = start_dispatcher(port) if role == "dispatcher" else start_worker(dispatcher_address, port)
