@@ -33,6 +33,8 @@ from myxtts.vocoder import GriffinLim, Vocoder
 from myxtts.vocoder.neural import NeuralVocoder
 
 ASSETS = ("vocab.json", "mel_stats.json", "export.json")
+SPEED_RANGE = (0.25, 4.0)  # the synthesize signature clamps its speed to this range (serve refuses outside it)
+MAX_CALL_FRAMES_FACTOR = 4  # one synthesize call says at most this many times data.max_mel_frames
 
 
 class _Untracked:
@@ -53,6 +55,9 @@ class ExportedSynthesizer(tf.Module):
         self.model_variables = [getattr(variable, "value", variable) for variable in model.variables]
         self.reference_frames = int(cfg.data.reference_frames)
         self.vocab_size = int(model.dims.vocab_size)
+        self.max_tokens = int(cfg.model.max_attention_sequence_length)  # the position table's length
+        # the longest speech one call says (a text that would be longer is cut there): the memory one request takes
+        self.max_frames = MAX_CALL_FRAMES_FACTOR * int(cfg.data.max_mel_frames)
         self.mel_mean = tf.constant(mel_stats.mean, tf.float32)  # [n_mels]
         self.mel_std = tf.constant(mel_stats.std, tf.float32)
         self.mel_sharpening = float(cfg.model.mel_sharpening)
@@ -92,15 +97,26 @@ class ExportedSynthesizer(tf.Module):
 
     def _synthesize(self, token_ids, embedding, speed):
         checks = [tf.debugging.assert_greater(speed, 0.0, message="speed must be > 0 (1: the trained rate)"),
+                  tf.debugging.assert_all_finite(speed, message="speed must be a finite number"),
                   tf.debugging.assert_greater(tf.shape(token_ids)[1], 2, message="token_ids needs <bos>, at least "
                                               "one symbol and <eos> (assets/vocab.json)"),
+                  tf.debugging.assert_less_equal(tf.shape(token_ids)[1], self.max_tokens, message="token_ids is "
+                                                 "longer than the model's position table: split the text into "
+                                                 "sentences"),
+                  tf.debugging.assert_non_negative(token_ids, message="a token id is outside the symbol table "
+                                                   "(assets/vocab.json)"),
                   tf.debugging.assert_less(token_ids, self.vocab_size, message="a token id is outside the symbol "
                                            "table (assets/vocab.json)")]
-        with tf.control_dependencies(checks):
+        with tf.control_dependencies(checks):  # every use of the ids and the speed waits for the checks
+            token_ids = tf.identity(token_ids)
             token_lengths = tf.shape(token_ids)[1:2]  # [1]
+            speed = tf.clip_by_value(speed, SPEED_RANGE[0], SPEED_RANGE[1])  # as `serve` accepts it
         text = self.model.encode_text(token_ids, token_lengths)  # [1, tokens, d]
         log_durations = self.model.predict_log_durations(text, token_lengths)
         durations = durations_from_log(log_durations, token_lengths, 1.0 / speed)  # [1, tokens] int32
+        # at most max_frames in all: the tokens past the bound get no frames (the speech is cut there)
+        before = tf.cumsum(durations, axis=1, exclusive=True)  # [1, tokens]
+        durations = tf.clip_by_value(self.max_frames - before, 0, durations)
         frames = tf.reduce_sum(durations)
         r = self.model.dims.reduction_factor  # the autoregressive decoder works in whole steps of r frames
         hard = alignment_from_durations(durations, (frames + r - 1) // r * r)  # [1, frames rounded up, tokens]
@@ -138,13 +154,14 @@ def export_run(run_dir: str | Path, out_dir: str | Path, config: str | Path | No
     mel_stats = load_run_mel_stats(run_dir, cfg)
     module = ExportedSynthesizer(cfg, model, mel_stats, chosen)
     neural = isinstance(chosen, NeuralVocoder)
+    # names, never absolute paths: an export is shipped to other machines and should not tell them this one's folders
     record = {
-        "run": str(Path(run_dir).resolve()), "checkpoint": checkpoint, "step": checkpoint_step(checkpoint),
+        "run": Path(run_dir).resolve().name, "checkpoint": Path(checkpoint).name, "step": checkpoint_step(checkpoint),
         "sample_rate": cfg.audio.sample_rate, "reference_frames": cfg.data.reference_frames,
         "embedding_shape": [1, model.dims.num_speaker_latents, model.dims.d_model],
         "bos_id": vocabulary.symbols.index("<bos>"), "eos_id": vocabulary.symbols.index("<eos>"),
-        "vocoder": str(Path(vocoder).resolve()) if neural else "griffin-lim",
-        **({"vocoder_checkpoint": chosen.checkpoint} if neural else {}),
+        "vocoder": _vocoder_label(vocoder, run_dir) if neural else "griffin-lim",
+        **({"vocoder_checkpoint": Path(chosen.checkpoint).name} if neural else {}),
         "griffin_lim_iters": cfg.audio.griffin_lim_iters}
 
     def write(staging: Path) -> Path:
@@ -159,3 +176,9 @@ def export_run(run_dir: str | Path, out_dir: str | Path, config: str | Path | No
 
     # complete or absent: never a half-written SavedModel under the asked name
     return write_staged(out_dir, "export", EXPORT, write)
+
+
+def _vocoder_label(vocoder: str | Path, run_dir: str | Path) -> str:
+    """The vocoder as export.json names it: ``RUN/vocoder`` for the run's own, else the vocoder folder's name."""
+    vocoder, run = Path(vocoder).resolve(), Path(run_dir).resolve()
+    return f"{run.name}/{vocoder.relative_to(run)}" if vocoder.is_relative_to(run) else vocoder.name
