@@ -150,7 +150,7 @@ class RunDir:
     def write_json(self, path: Path, record: dict[str, Any]) -> Path:
         """One of the run's JSON records (``corpus``, ``init_from``, ``model_record``, ``vocoder_record``), whole or
         not at all (temporary name, fsync, rename): a kill mid-write leaves the previous record, never half of one."""
-        from myxtts.data.durable import write_durably
+        from myxtts.durable import write_durably
 
         write_durably(path, json.dumps(record, indent=1, ensure_ascii=False))
         return path
@@ -256,6 +256,6 @@ def relative_config_paths(config_path: Path) -> None:
         value = corpus.get("path")
         if value and Path(value).is_absolute() and Path(value).resolve().is_relative_to(here):
             corpus["path"] = os.path.relpath(Path(value).resolve(), config_path.parent.resolve())
-    from myxtts.data.durable import write_durably
+    from myxtts.durable import write_durably
 
     write_durably(config_path, yaml.safe_dump(raw, sort_keys=False))

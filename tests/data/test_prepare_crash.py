@@ -1,6 +1,6 @@
 """`prepare` stopped at each of its write stages leaves the cache as it was or as it becomes, never half, and the
 rerun processes only what the stopped one did not finish; the journal, the reader records and lock waits of a
-stopped or stuck process. Real bundled clips; the stops come from the fault hook (``myxtts.data.durable``)."""
+stopped or stuck process. Real bundled clips; the stops come from the fault hook (``myxtts.durable``)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from myxtts.data import durable
+from myxtts import durable
 from myxtts.data.cache import CacheError, FeatureCache
-from myxtts.data.durable import WRITE_STAGES
+from myxtts.durable import WRITE_STAGES
 from myxtts.data.journal import JOURNAL_FILE, PrepareJournal
 from myxtts.data.prepare import prepare
 from myxtts.locks import (CACHE_READ_LOCK, CACHE_WRITE_LOCK, READERS_DIR, DirectoryBusyError, DirectoryLock, Holder,

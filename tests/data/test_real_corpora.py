@@ -219,6 +219,10 @@ def test_a_run_over_both_corpora_trains_without_retracing(two_corpora, tmp_path:
         return batch
 
     run(run_cfg, tmp_path / "run", progress=False, batch_filter=observe, echo=lambda _: None)
+    from myxtts.config import load_config
+
+    saved = load_config(tmp_path / "run" / "config.yaml")  # what synthesize, pack and --resume read back
+    assert [c.path for c in saved.data.corpora] == [c.path for c in run_cfg.data.corpora]
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r.get("split") == "train"]
     assert len(sliced) == 12 and sum(sliced) > 0  # the one-clip speaker was trained on

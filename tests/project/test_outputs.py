@@ -190,7 +190,7 @@ def test_run_records_are_replaced_whole_never_rewritten_in_place(tmp_path, make_
     """save_config, RunDir.write_json and mel statistics write a new file and rename it: a hard link to the old file
     (what a reader holding it open sees) keeps the old bytes, and no temporary file is left."""
     from myxtts.config import save_config
-    from myxtts.data.durable import write_durably
+    from myxtts.durable import write_durably
     from myxtts.data.mel_stats import MelStats
     from myxtts.run_dir import RunDir
 

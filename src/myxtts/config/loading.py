@@ -159,10 +159,11 @@ def save_config(cfg: Config, path: str | os.PathLike) -> None:
     """Write the resolved config (every key, defaults included) as YAML, whole or not at all (temporary name,
     fsync, rename): a run's config.yaml is rewritten on every start and resume, and a kill mid-write must leave the
     previous one, never half a file."""
-    from myxtts.data.durable import write_durably
+    from myxtts.durable import write_durably  # the module is standard library only: config keeps no dependency
 
     data = cfg.to_dict()
-    data["data"]["corpus_path"] = str(cfg.corpus_path)
+    if not cfg.data.corpora:  # with data.corpora the one-corpus keys stay at their defaults (validation requires it)
+        data["data"]["corpus_path"] = str(cfg.corpus_path)
     data["data"]["cache_dir"] = str(cfg.cache_dir)
     for corpus in data["data"]["corpora"]:
         corpus["path"] = str(cfg.resolve(corpus["path"]))

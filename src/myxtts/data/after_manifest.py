@@ -14,7 +14,7 @@ from typing import Any
 from myxtts.data.buckets import PLAN_FILE, BucketParams, BucketPlan, log_misfits, plan_buckets
 from myxtts.data.cache import (INDEX_FILE, INDEX_PREFIX, UTTERANCE_DIR, FeatureCache, audio_file, index_path,
                                written_by_prepare)
-from myxtts.data.durable import reached
+from myxtts.durable import reached
 from myxtts.data.journal import JOURNAL_FILE
 from myxtts.locks import CACHE_READ_LOCK, DirectoryLock
 

@@ -22,7 +22,7 @@ Layout of ``cfg.cache_dir`` (written by ``myxtts prepare``, format 5):
 - ``manifest.json``: counts, hours, speaker and language tables, feature hash, per-split ids, the
   corpus fingerprint and per-clip fingerprints (``clips``), versions, the bucket plan, and ``mel_stats``:
   the per-bin mean / std of the train split's log mels (``myxtts.data.mel_stats``; the pipeline normalises
-  with them). Written last and durably (``myxtts.data.durable``): it makes the cache valid, and until it
+  with them). Written last and durably (``myxtts.durable``): it makes the cache valid, and until it
   lands the previous manifest and every file it names stay as they were. A cache without a manifest (a
   crash mid-build) is never used, nor one without ``mel_stats`` (format 2: rebuilt by prepare); ``pitch_tracker``
   records the settings of the F0 tracker (``myxtts.pitch_settings.TRACKER``): a cache of other settings is rebuilt;
@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from myxtts.data.durable import fsync_directory, fsync_file, sha256_file, write_durably
+from myxtts.durable import fsync_directory, fsync_file, sha256_file, write_durably
 from myxtts.data.mel_stats import MelStats, MelStatsError
 
 MANIFEST_FILE = "manifest.json"

@@ -15,7 +15,7 @@ import numpy as np
 
 from myxtts.data.cache import UTTERANCE_DIR, audio_file, write_audio, write_utterance
 from myxtts.data.corpus import CorpusEntry, Rejection
-from myxtts.data.durable import reached
+from myxtts.durable import reached
 from myxtts.data.fingerprint import CorpusDiff
 from myxtts.data.journal import PrepareJournal, clip_from_file
 from myxtts.data.language import TextProcessors

@@ -257,7 +257,7 @@ def render_corpus(sentences: Sequence[Sentence], voices: Sequence[EspeakVoice] |
         if "|" in sentence.text or "\n" in sentence.text or "/" in sentence.id:
             raise ValueError(f"Sentence {sentence.id!r} cannot go in a list file ('|' or a newline in the text, "
                              "or '/' in the id).")
-    from myxtts.data.durable import write_durably
+    from myxtts.durable import write_durably
     from myxtts.outputs import CORPUS, check_corpus_folder, write_marker
 
     out_dir = Path(out_dir)

@@ -112,7 +112,7 @@ class MelStats:
     def save(self, path: str | Path) -> Path:
         """Write ``to_dict()`` as JSON, whole or not at all (temporary name, fsync, rename): a run's copy is
         rewritten on every start and resume."""
-        from myxtts.data.durable import write_durably
+        from myxtts.durable import write_durably
 
         path = Path(path)
         write_durably(path, json.dumps(self.to_dict(), indent=1))

@@ -23,7 +23,7 @@ before any lock or file): a folder of other files (a corpus prepared into itself
 A new cache is marked (``.myxtts.json``), and only files at the names prepare gives its own are ever deleted
 (``myxtts.data.after_manifest``).
 
-Crash safety (write order, each stage marked by ``myxtts.data.durable.reached``): the journal first records
+Crash safety (write order, each stage marked by ``myxtts.durable.reached``): the journal first records
 the clips reused from the previous cache, then each processed clip once its files are written
 (``myxtts.data.journal``); then ``rejected.csv``, the vocabulary (same for one feature hash), the new index
 under a name derived from its content (so it never replaces the index the current manifest names), the mel
@@ -66,7 +66,7 @@ from myxtts.data.cache import (FORMAT_VERSION, MANIFEST_FILE, REJECTED_FILE, VOC
                                read_utterance, save_index, write_manifest)
 from myxtts.data.clips import Clip, Verdicts, known_verdicts, process_clips, rejection_detail
 from myxtts.data.corpus import Rejection, corpus_sources, read_config_corpus
-from myxtts.data.durable import reached, write_durably
+from myxtts.durable import reached, write_durably
 from myxtts.data.fingerprint import CorpusDiff, clip_fingerprint, corpus_fingerprint, diff_corpus
 from myxtts.data.language import TextProcessors
 from myxtts.data.journal import JOURNAL_FILE, PrepareJournal

@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 import numpy as np
 import soundfile
 
-from myxtts.data.durable import write_durably
+from myxtts.durable import write_durably
 
 MARKER_FILE = "transcribed.json"
 SENTENCE_END = re.compile(r"[.!?]['\")\]]*$")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from myxtts.data.cache import MANIFEST_FILE
-from myxtts.data.durable import write_durably
+from myxtts.durable import write_durably
 from myxtts.data.journal import JOURNAL_FILE
 from myxtts.run_dir import RunDir
 

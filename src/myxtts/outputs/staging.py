@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable, TypeVar
 
-from myxtts.data.durable import replace_durably
+from myxtts.durable import replace_durably
 from myxtts.outputs.markers import write_marker
 
 T = TypeVar("T")

@@ -143,7 +143,7 @@ class Trainer(StagedRun):
         # only once the run directory has accepted this config: a refused resume or start keeps the run's own files
         if self.chief:
             from myxtts.data.cache import corpus_summary
-            from myxtts.data.durable import write_durably
+            from myxtts.durable import write_durably
 
             run = RunDir(self.workdir)
             save_config(self.cfg, run.config)
