@@ -6,6 +6,8 @@ the assertions are on traces counted by TF, outputs compared call by call, and t
 
 from __future__ import annotations
 
+import os
+
 import json
 import textwrap
 from pathlib import Path
@@ -78,7 +80,7 @@ def test_python_int_epoch_becomes_a_tensor_verified(tmp_path):
     assert result.exit_code == 0, result.output  # strict: every fix verified
     assert fix["kind"] == "tensor_argument" and fix["mechanical"]
     assert "train_step(features, tf.constant(epoch, tf.int32))" in fix["code"]
-    assert fix["lines_to_change"] == [f"{script}:{_line_of(script, 'train_step(features, epoch)')}"]
+    assert _absolute(fix["lines_to_change"]) == [f"{script}:{_line_of(script, 'train_step(features, epoch)')}"]
     verification = fix["verification"]
     assert verification["status"] == "verified" and verification["applied"] == "epoch as a tf.int32 tensor"
     assert (verification["traces_before"], verification["traces_after"], verification["outputs_equal"]) == (4, 1, True)
@@ -108,11 +110,11 @@ def test_model_rebuilt_in_the_loop_is_not_mechanically_applicable_and_names_the_
     assert result.exit_code == 0, result.output
     line = f"{script}:{_line_of(script, 'model = Model()')}"
     assert fix["kind"] == "create_once" and not fix["mechanical"]
-    assert fix["lines_to_change"] == [line] and "`model = Model()`" in fix["text"]
+    assert _absolute(fix["lines_to_change"]) == [line] and "`model = Model()`" in fix["text"]
     verification = fix["verification"]
     assert verification["status"] == "not mechanically applicable" and verification["traces_before"] == 3
     assert verification["traces_after"] is None  # nothing to apply: the program is not run again
-    assert "NOT MECHANICALLY APPLICABLE: 3 traces" in result.output and line in result.output
+    assert "NOT MECHANICALLY APPLICABLE: 3 traces" in result.output and Path(line).name in result.output
     assert "[explain-retracing] running the program again" not in result.output
 
 
@@ -255,3 +257,8 @@ def test_a_fix_that_raises_is_not_verified_and_the_others_are_still_measured(tmp
     assert by_function["scaled"]["reason"].startswith("with the fix the function raised TypeError")
     assert by_function["step"]["status"] == "verified"  # measured in a run without the fix that raised
     assert (by_function["step"]["traces_before"], by_function["step"]["traces_after"]) == (3, 1)
+
+
+def _absolute(sites: list[str]) -> list[str]:
+    """``file:line`` sites with the file made absolute (the report shortens paths near the working folder)."""
+    return [f"{os.path.abspath(site.rsplit(':', 1)[0])}:{site.rsplit(':', 1)[1]}" for site in sites]
