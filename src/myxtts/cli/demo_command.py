@@ -246,7 +246,7 @@ def _cer_line(check, held_out: int = 0) -> str:
 
 def _wer_line(check, held_out: int = 0) -> str:
     if check.whisper_wer is None:
-        return "WER (Whisper):              not measured (install the `judge` extra: faster-whisper)"
+        return "WER (Whisper):              not measured (install the `whisper` or `judge` extra: faster-whisper)"
     ceiling = f"; their recordings {check.recording_whisper_wer:.2f}" if check.recording_whisper_wer is not None else ""
     last = check.sentences[-1].whisper_wer if held_out else None
     unseen = f", held-out sentence {last:.2f}" if last is not None else ""
