@@ -79,7 +79,7 @@ OUT_OF_REACH_STEPS = 100_000_000  # training.max_steps: the time budget (trainin
 def first_clips_corpus(source: Path, first: int, held_out: int, out: Path) -> tuple[Path, list[str]]:
     """An LJSpeech folder of the first ``first`` clips of ``source`` (metadata order; wavs linked) and the ids held
     out from the other clips (prepare's deterministic choice, ``validation_ids``)."""
-    from myxtts.data.prepare import validation_ids
+    from myxtts.data.splits import validation_ids
 
     lines = [line for line in (source / "metadata.csv").read_text(encoding="utf-8").splitlines() if line.strip()]
     if first >= len(lines):

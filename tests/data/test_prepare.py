@@ -17,7 +17,8 @@ import pytest
 import soundfile
 
 from myxtts.data.cache import FeatureCache, CacheError
-from myxtts.data.prepare import prepare, validation_ids
+from myxtts.data.prepare import prepare
+from myxtts.data.splits import validation_ids
 
 GOOD = 4  # real clips kept as they are
 

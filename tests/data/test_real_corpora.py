@@ -71,6 +71,16 @@ def test_a_commonvoice_header_without_a_column_is_a_clear_error(tmp_path: Path) 
         read_corpus(tmp_path / "cv", "commonvoice")
 
 
+def test_a_missing_corpus_of_several_names_its_item(tmp_path: Path) -> None:
+    from myxtts.data.corpus import read_config_corpus
+
+    cfg = config_from_dict({"data": {"corpora": [{"path": str(COMMONVOICE), "format": "commonvoice"},
+                                                 {"path": str(tmp_path / "absent"), "format": "librispeech"}],
+                                     "cache_dir": str(tmp_path / "cache")}}, base_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"data\.corpora\[1\] \(absent, format librispeech\): LibriSpeech corpus .*absent"):
+        read_config_corpus(cfg)
+
+
 def test_librispeech_tree_reads_as_published(tmp_path: Path) -> None:
     ids = sorted(_ljspeech_texts())
     root = librispeech_tree(tmp_path / "LibriSpeech" / "train-clean-100", {"19": ids[:2], "26": ids[2:3]})

@@ -71,7 +71,10 @@ def read_config_corpus(cfg: Any) -> CorpusReadResult:
     for index, source in enumerate(sources):
         options = ({"min_up_votes": source.min_up_votes, "max_down_votes": source.max_down_votes}
                    if source.format == "commonvoice" else {})
-        result = read_corpus(source.path, source.format, source.language, **options)
+        try:
+            result = read_corpus(source.path, source.format, source.language, **options)
+        except ValueError as err:  # the reader names data.corpus_path: say which item of data.corpora it is
+            raise ValueError(f"data.corpora[{index}] ({source.name}, format {source.format}): {err}") from None
         merged.entries += [dataclasses.replace(entry, id=f"{source.name}/{entry.id}",
                                                speaker=f"{source.name}:{entry.speaker}", corpus=index)
                            for entry in result.entries]

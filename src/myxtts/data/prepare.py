@@ -65,13 +65,14 @@ from myxtts.data.cache import (FORMAT_VERSION, MANIFEST_FILE, REJECTED_FILE, VOC
                                changed_parameters, check_manifest, feature_params, load_index, read_manifest,
                                read_utterance, save_index, write_manifest)
 from myxtts.data.clips import Clip, Verdicts, known_verdicts, process_clips, rejection_detail
-from myxtts.data.corpus import Rejection, corpus_sources, read_config_corpus
+from myxtts.data.corpus import Rejection, read_config_corpus
 from myxtts.durable import reached, write_durably
 from myxtts.data.fingerprint import CorpusDiff, clip_fingerprint, corpus_fingerprint, diff_corpus
 from myxtts.data.language import TextProcessors
 from myxtts.data.journal import JOURNAL_FILE, PrepareJournal
 from myxtts.data.mel_stats import MelStats, MelStatsAccumulator
 from myxtts.data.prepare_result import PrepareResult
+from myxtts.data.splits import corpus_summaries, held_out_speaker_names, validation_ids
 from myxtts.locks import exclude_cache_readers, lock_cache_for_writing
 from myxtts.outputs import CACHE, check_cache_dir, read_marker, write_marker
 
@@ -241,10 +242,6 @@ def _build(cfg: Any, cache_dir: Path, corpus: Any, fingerprints: dict[str, str],
     return manifest
 
 
-# a held-out (zero-shot development) speaker's clips: 3 references to average and at least one to judge the voice by
-HELD_OUT_MIN_CLIPS = 4
-
-
 def _accepted(cfg: Any, cache_dir: Path, entries: list[Any], clips: dict[str, Clip], rejected: int) -> _Accepted:
     """The accepted entries, their ids and split; an error when too few are left to train on."""
     accepted = [e for e in entries if e.id in clips]  # corpus order
@@ -271,31 +268,6 @@ def _accepted(cfg: Any, cache_dir: Path, entries: list[Any], clips: dict[str, Cl
                          "slice).")
     validation = set(validation_ids(with_reference, cfg.data.validation_size))
     return _Accepted(accepted, speakers, languages, single_ids, validation, held_out, held_out_speakers)
-
-
-def held_out_speaker_names(cfg: Any, accepted: list[Any], clips: dict[str, Clip]) -> list[str]:
-    """Per corpus (``data.corpora[].held_out_speakers``), that many speakers kept out: among the speakers with at
-    least ``HELD_OUT_MIN_CLIPS`` clips (fewer when none has that many: a held-out voice needs clips to be cloned
-    from and judged by), those with the fewest clips (they cost training the least), the longest audio first, ties
-    broken by a hash of the name."""
-    chosen: list[str] = []
-    for index, source in enumerate(corpus_sources(cfg)):
-        if not source.held_out_speakers:
-            continue
-        counts, samples = Counter(), Counter()
-        for entry in accepted:
-            if entry.corpus == index:
-                counts[entry.speaker] += 1
-                samples[entry.speaker] += clips[entry.id].samples
-        if len(counts) <= source.held_out_speakers:
-            raise CacheError(f"data.corpora[{index}].held_out_speakers = {source.held_out_speakers}, but corpus "
-                             f"{source.name} has {len(counts)} accepted speaker(s): none would be left to train on.")
-        enough = min(HELD_OUT_MIN_CLIPS, max(counts.values()))
-        eligible = [speaker for speaker, count in counts.items() if count >= enough]
-        ranked = sorted(eligible, key=lambda name: (counts[name], -samples[name],
-                                                    hashlib.sha256(name.encode("utf-8")).hexdigest()))
-        chosen += ranked[:source.held_out_speakers]
-    return chosen
 
 
 def _index(accepted: _Accepted, clips: dict[str, Clip]) -> dict[str, np.ndarray]:
@@ -346,7 +318,7 @@ def _manifest(cfg: Any, corpus: Any, fingerprints: dict[str, str], diff: CorpusD
         "single_clip_ids": single_ids,
         "single_clip_policy": cfg.data.single_clip_policy,
         "held_out_speakers": accepted.held_out_speakers,
-        "corpora": corpus_summaries(cfg, accepted, clips),
+        "corpora": corpus_summaries(cfg, accepted.entries, clips),
         "hours": sum(clips[i].samples for i in ids) / cfg.audio.sample_rate / 3600.0,
         "speakers": list(accepted.speakers),
         "languages": list(accepted.languages),
@@ -359,31 +331,6 @@ def _manifest(cfg: Any, corpus: Any, fingerprints: dict[str, str], diff: CorpusD
         "index": index_entry,
         "clips": table,
     }
-
-
-def corpus_summaries(cfg: Any, accepted: _Accepted, clips: dict[str, Clip]) -> list[dict[str, Any]]:
-    """Per corpus: its name, format, weight, utterances, speakers, hours, and the sample rates its files were
-    recorded at (read from their headers): a 16-kHz source has nothing above 8 kHz (``bandwidth_hz``, the lowest
-    rate's Nyquist frequency, at most the mel's ``audio.fmax``), however it is resampled."""
-    import soundfile
-
-    summaries = []
-    for index, source in enumerate(corpus_sources(cfg)):
-        entries = [e for e in accepted.entries if e.corpus == index]
-        rates: Counter = Counter()
-        for entry in entries:
-            try:
-                rates[int(soundfile.info(str(entry.audio_path)).samplerate)] += 1
-            except (OSError, RuntimeError):
-                rates[0] += 1  # gone since it was processed: the next prepare sees the change
-        lowest = min((rate for rate in rates if rate), default=cfg.audio.sample_rate)
-        summaries.append({
-            "name": source.name, "format": source.format, "path": source.path, "weight": source.weight,
-            "utterances": len(entries), "speakers": len({e.speaker for e in entries}),
-            "hours": sum(clips[e.id].samples for e in entries) / cfg.audio.sample_rate / 3600.0,
-            "source_sample_rates": {str(rate): count for rate, count in sorted(rates.items())},
-            "bandwidth_hz": min(lowest / 2.0, cfg.audio.fmax)})
-    return summaries
 
 
 def train_mel_stats(cache_dir: Path, files: list[str], n_mels: int, workers: int = 1,
@@ -408,13 +355,6 @@ def train_mel_stats(cache_dir: Path, files: list[str], n_mels: int, workers: int
                                     files[start:start + chunk]):
                 accumulator.merge(*moments)
     return {**accumulator.result().to_dict(), "split": "train", "files_digest": digest}
-
-
-def validation_ids(ids: list[str], count: int) -> list[str]:
-    """``count`` ids held out deterministically: the smallest by a hash of the id (spread over the corpus,
-    stable when other clips are added or rejected)."""
-    ranked = sorted(ids, key=lambda i: hashlib.sha256(i.encode("utf-8")).hexdigest())
-    return ranked[:count]
 
 
 def _write_rejections(cache_dir: Path, rejections: list[Rejection]) -> None:

@@ -54,7 +54,7 @@ def corpus_entries(cfg: Config, data: str | os.PathLike | None) -> tuple[list[Co
             raise ValueError(f"No usable clip in {path} (format {corpus_format}).")
         return entries, entries, f"corpus {path}"
     from myxtts.data.cache import read_manifest
-    from myxtts.data.prepare import validation_ids
+    from myxtts.data.splits import validation_ids
 
     entries = read_config_corpus(cfg).entries
     manifest = read_manifest(cfg.cache_dir)
