@@ -81,6 +81,13 @@ def test_a_missing_corpus_of_several_names_its_item(tmp_path: Path) -> None:
         read_config_corpus(cfg)
 
 
+def test_corpus_weights_are_refused_where_they_would_not_be_applied(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="data.corpora.*use_tf_native_loading"):
+        config_from_dict({"data": {"corpora": [{"path": str(COMMONVOICE), "format": "commonvoice"},
+                                               {"path": str(LJSPEECH), "format": "ljspeech", "weight": 3.0}],
+                                   "use_tf_native_loading": True}}, base_dir=tmp_path)
+
+
 def test_librispeech_tree_reads_as_published(tmp_path: Path) -> None:
     ids = sorted(_ljspeech_texts())
     root = librispeech_tree(tmp_path / "LibriSpeech" / "train-clean-100", {"19": ids[:2], "26": ids[2:3]})

@@ -82,6 +82,10 @@ def _check_corpora(cfg: Config) -> None:
         if getattr(d, key) != getattr(defaults, key):
             raise ValueError(f"Config keys 'data.{key}' and 'data.corpora' are both set: list every corpus in "
                              f"data.corpora (path, format, weight) and remove 'data.{key}'.")
+    if d.use_tf_native_loading and len(d.corpora) > 1:
+        raise ValueError("Config key 'data.corpora' with several corpora is not implemented with "
+                         "'data.use_tf_native_loading: true' (that path would draw by clip count, not by the corpora's "
+                         "weights): train from the prepared cache (use_tf_native_loading: false), or list one corpus.")
     names = [c.name or default_corpus_name(cfg.resolve(c.path)) for c in d.corpora]
     record = CorpusSource(path="")
     for index, corpus in enumerate(d.corpora):
