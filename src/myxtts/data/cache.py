@@ -80,6 +80,9 @@ def feature_params(cfg: Any) -> dict[str, Any]:
     params.update({"data.corpus_path": str(cfg.corpus_path), "data.corpus_format": d.corpus_format,
                    "data.language": d.language, "data.min_duration": d.min_duration,
                    "data.max_duration": d.max_duration, "data.silence_threshold_db": d.silence_threshold_db})
+    for index, corpus in enumerate(d.corpora):  # what feature_hash covers of each (its weight is not a feature)
+        params.update({f"data.corpora[{index}].{key}": (str(cfg.resolve(value)) if key == "path" else value)
+                       for key, value in vars(corpus).items() if key != "weight"})
     return params
 
 
