@@ -334,12 +334,20 @@ class SpeechEngine:
                 self._wake.wait()
             if self._closed:
                 return None
-            batch = [heapq.heappop(self._pending) for _ in range(min(self.batch_size, len(self._pending)))]
+            batch = []
+            while self._pending and len(batch) < self.batch_size:
+                piece = heapq.heappop(self._pending)
+                if piece.stream.cancelled:  # cancelled, its pieces not yet swept by _finished: never decoded
+                    self.dropped += 1
+                    continue
+                batch.append(piece)
             self._decoding = len(batch)
             return batch
 
     def _run(self) -> None:
         while (batch := self._take()) is not None:
+            if not batch:  # every piece taken belonged to cancelled streams
+                continue
             started = time.perf_counter()
             rows = min(size for size in self.batch_sizes if size >= len(batch))  # the smallest compiled that holds it
             try:
