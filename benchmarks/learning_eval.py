@@ -121,11 +121,11 @@ def teacher_forced_focus(synthesizer, entries, pool, batch_size: int) -> list[fl
     from myxtts.text import PAD_ID
 
     r, rate = synthesizer.cfg.model.reduction_factor, synthesizer.sample_rate
-    # a batched teacher-forced call on the model itself: the synthesizer's input steps give its inputs
-    tokens = synthesizer._encode([e.text for e in entries])
+    # a batched teacher-forced call on the model itself: the synthesizer engine's input steps give its inputs
+    tokens = synthesizer.engine.encode([e.text for e in entries])
     mels = [synthesizer.mel_stats.normalize(synthesizer.frontend(load_audio(e.audio_path, rate)).numpy())
             for e in entries]
-    references = [synthesizer._reference_mel(pick_reference(e, pool).audio_path) for e in entries]
+    references = [synthesizer.engine.reference_mel(pick_reference(e, pool).audio_path) for e in entries]
     text_len, step = max(map(len, tokens)), 8 * r
     frames = -(-max(m.shape[0] for m in mels) // step) * step
     function = tf.function(lambda batch: synthesizer.model(batch, training=False)["alignments"])

@@ -120,7 +120,7 @@ def main() -> None:
         for decoder in args.decoders:
             cfg, synthesizer = build_synthesizer(decoder, corpus, Path(root))
             voices[decoder] = synthesizer.voice(reference)
-            tokens[decoder] = [len(ids) for ids in synthesizer._encode(texts)]  # the token counts, for the report
+            tokens[decoder] = [len(ids) for ids in synthesizer.engine.encode(texts)]  # the token counts, for the report
             started = time.perf_counter()  # every duration and decode function, outside the timing
             synthesizer.warm_up(batch_size=1)
             warmup[decoder] = (time.perf_counter() - started, synthesizer.tracing_count())
@@ -163,7 +163,7 @@ def main() -> None:
     if "autoregressive" in synthesizers:
         synthesizer, entry = synthesizers["autoregressive"], report["decoders"]["autoregressive"]
         model, baseline_seconds, max_difference = synthesizer.model, 0.0, 0.0
-        reference_mel, reference_length = synthesizer._reference_mel(reference)  # the model's own input
+        reference_mel, reference_length = synthesizer.engine.reference_mel(reference)  # the model's own input
         for result in results["autoregressive"]:
             token_list = result.tokens
             started = time.perf_counter()

@@ -24,12 +24,13 @@ import soundfile
 import soxr
 import tensorflow as tf
 
+from myxtts.errors import InputError
 from myxtts.config import AudioConfig
 
 AUDIO_ERROR_REASONS = ("missing_file", "zero_length", "not_audio", "truncated", "non_finite", "unreadable")
 
 
-class AudioError(ValueError):
+class AudioError(InputError):
     """A clip that cannot be used; ``reason`` is one of ``AUDIO_ERROR_REASONS``."""
 
     def __init__(self, path: str | os.PathLike, reason: str, detail: str) -> None:
@@ -216,20 +217,23 @@ class MelFrontend:
         self.window = tf.pad(window, [[left, self.n_fft - self.win_length - left]])  # [n_fft]
 
         self._mel_single = tf.function(
-            self._single, input_signature=[tf.TensorSpec([None], tf.float32)], autograph=False)
+            self.single_log_mel, input_signature=[tf.TensorSpec([None], tf.float32)], autograph=False)
         self._mel_batch = tf.function(
             self._batched, input_signature=[tf.TensorSpec([None, None], tf.float32)], autograph=False)
         self._mel_prepadded = tf.function(
             self._linear_mel, input_signature=[tf.TensorSpec([None, None], tf.float32)], autograph=False)
 
     # -- graph pieces ----------------------------------------------------------------------------
-    def _window_fn(self, frame_length: int, dtype: tf.DType = tf.float32) -> tf.Tensor:
+    def window_fn(self, frame_length: int, dtype: tf.DType = tf.float32) -> tf.Tensor:
+        """The analysis window ``[n_fft]`` (``window``) as ``tf.signal.stft``'s ``window_fn`` takes it: every STFT
+        and inverse STFT that must match this front-end (Griffin-Lim, the neural vocoder's magnitude blend) passes
+        it; ``frame_length`` is always ``n_fft`` there and not read."""
         return tf.cast(self.window, dtype)
 
     def _linear_mel(self, padded: tf.Tensor) -> tf.Tensor:
         """Mel (before compression) of already reflect-padded waves: [batch, padded] -> [batch, frames, n_mels]."""
         stft = tf.signal.stft(padded, frame_length=self.n_fft, frame_step=self.hop_length,
-                              fft_length=self.n_fft, window_fn=self._window_fn, pad_end=False)
+                              fft_length=self.n_fft, window_fn=self.window_fn, pad_end=False)
         # stft: [batch, frames, n_fft // 2 + 1] complex64
         # |X|^2 from real and imaginary parts: cheaper on CPU than tf.abs on complex64 followed by a square,
         # and exact to float32 rounding for audio magnitudes.
@@ -249,7 +253,9 @@ class MelFrontend:
     def _batched(self, waveform: tf.Tensor) -> tf.Tensor:
         return self.compress(self._linear_mel(self._reflect_pad(waveform)))  # [batch, frames, n_mels]
 
-    def _single(self, waveform: tf.Tensor) -> tf.Tensor:
+    def single_log_mel(self, waveform: tf.Tensor) -> tf.Tensor:
+        """One waveform ``[samples]`` -> its log mel ``[frames, n_mels]`` as plain ops (graph code: the compiled
+        single-clip path of ``__call__``, ``in_graph`` and the exported speaker embedding run it)."""
         return self._batched(waveform[tf.newaxis, :])[0]  # [frames, n_mels]
 
     # -- public ----------------------------------------------------------------------------------
@@ -260,7 +266,7 @@ class MelFrontend:
         inlining the ops avoids that per-element overhead.
         """
         if waveform.shape.rank == 1:
-            return self._single(waveform)  # [frames, n_mels]
+            return self.single_log_mel(waveform)  # [frames, n_mels]
         return self._batched(waveform)  # [batch, frames, n_mels]
 
     def __call__(self, waveform: tf.Tensor | np.ndarray) -> tf.Tensor:

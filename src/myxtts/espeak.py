@@ -28,6 +28,8 @@ from typing import Sequence
 
 import numpy as np
 
+from myxtts.errors import InputError, SetupError
+
 # speak_lib.h
 _AUDIO_OUTPUT_SYNCHRONOUS = 0x02
 _INITIALIZE_DONT_EXIT = 0x8000  # return an error instead of exit() when the data is missing
@@ -47,11 +49,11 @@ class _Voice(ctypes.Structure):  # espeak_VOICE
                 ("xx1", ctypes.c_ubyte), ("score", ctypes.c_int), ("spare", ctypes.c_void_p)]
 
 
-class EspeakUnavailableError(RuntimeError):
+class EspeakUnavailableError(SetupError):
     """libespeak-ng or its data cannot be loaded (a broken install, not a bad input)."""
 
 
-class UnknownVoiceError(ValueError):
+class UnknownVoiceError(InputError):
     """espeak-ng has no voice (or variant) of that name."""
 
 

@@ -36,6 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from myxtts.errors import InputError
 from myxtts.run_dir import RunDir
 
 CACHE_WRITE_LOCK = "prepare.lock"
@@ -43,7 +44,7 @@ CACHE_READ_LOCK = "readers.lock"
 READERS_DIR = "readers"  # one holder record per process holding CACHE_READ_LOCK shared
 
 
-class DirectoryBusyError(ValueError):
+class DirectoryBusyError(InputError):
     """Another process holds the lock; the message names it and says what to do."""
 
 

@@ -41,9 +41,10 @@ from typing import Any
 
 from myxtts.config import Config
 from myxtts.data.mel_stats import MelStats, MelStatsError
+from myxtts.errors import InputError
 
 
-class RunError(ValueError):
+class RunError(InputError):
     """A run directory, checkpoint or vocabulary that cannot be used."""
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from myxtts.config import TextConfig
+from myxtts.errors import InputError, SetupError
 from myxtts.text_numbers import expand_numbers
 
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
@@ -48,7 +49,7 @@ _LATIN_LETTERS = str.maketrans({"ß": "ss", "æ": "ae", "Æ": "Ae", "ø": "o", "
 CLEANERS = ("english", "basic")
 
 
-class TextError(ValueError):
+class TextError(InputError):
     """A transcript that cannot be encoded; ``reason`` is ``empty_text``, ``unpronounceable`` (letters of another
     script or a currency sign the english cleaner has no word for: refused, never dropped), ``no_known_characters``
     (nothing the front-end knows after normalisation) or ``nothing_to_pronounce`` (only punctuation, or no
@@ -59,7 +60,7 @@ class TextError(ValueError):
         super().__init__(message)
 
 
-class PhonemizerError(RuntimeError):
+class PhonemizerError(SetupError):
     """The bundled espeak-ng library cannot be loaded (a setup problem, not a bad transcript)."""
 
 
@@ -67,7 +68,7 @@ def normalize_text(text: str, cleaner: str = "english") -> str:
     """Normalise a transcript. ``basic``: lowercase + whitespace. ``english``: also ASCII transliteration,
     numbers / currency / ordinals / years spelled out, common abbreviations expanded."""
     if cleaner not in CLEANERS:
-        raise ValueError(f"Unknown text cleaner {cleaner!r} (config key 'text.cleaner'); use one of {CLEANERS}.")
+        raise InputError(f"Unknown text cleaner {cleaner!r} (config key 'text.cleaner'); use one of {CLEANERS}.")
     if cleaner == "english":
         text = unicodedata.normalize("NFKD", text).translate(_TYPOGRAPHIC).translate(_LATIN_LETTERS)
         text = expand_numbers(text)  # before ASCII: '£' and '€' have no ASCII form
@@ -147,22 +148,22 @@ class Vocabulary:
             data = json.loads(path.read_text(encoding="utf-8"))
             vocabulary = cls(data["kind"], data["cleaner"], data.get("phoneme_language"), data["symbols"])
         except FileNotFoundError:
-            raise ValueError(f"Vocabulary file not found: {path}; run `myxtts prepare` to create it.") from None
+            raise InputError(f"Vocabulary file not found: {path}; run `myxtts prepare` to create it.") from None
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-            raise ValueError(f"Vocabulary file {path} is not a valid vocabulary ({err}); delete it and run "
+            raise InputError(f"Vocabulary file {path} is not a valid vocabulary ({err}); delete it and run "
                              "`myxtts prepare` again.") from None
         if text_cfg is not None:
             vocabulary.check_config(text_cfg, source=str(path))
         return vocabulary
 
     def check_config(self, text_cfg: TextConfig, source: str = "the given vocabulary") -> None:
-        """Raise ValueError when this vocabulary was not made for ``text_cfg`` (kind, cleaner, language)."""
+        """Raise InputError when this vocabulary was not made for ``text_cfg`` (kind, cleaner, language)."""
         expected = Vocabulary.for_config(text_cfg)
         mismatches = [f"{name}: vocabulary has {getattr(self, name)!r}, config wants {getattr(expected, name)!r}"
                       for name in ("kind", "cleaner", "phoneme_language")
                       if getattr(self, name) != getattr(expected, name)]
         if mismatches:
-            raise ValueError(f"{source} does not match the text config ({'; '.join(mismatches)}). Token ids "
+            raise InputError(f"{source} does not match the text config ({'; '.join(mismatches)}). Token ids "
                              "would mean different symbols: use the config the cache was prepared with, or "
                              "run `myxtts prepare` again (text.cleaner / text.use_phonemes / "
                              "text.phoneme_language).")
@@ -185,13 +186,13 @@ def _phonemizer_setup_error(err: Exception) -> PhonemizerError:
 
 
 def check_phoneme_language(language: str) -> None:
-    """ValueError naming ``language`` when espeak-ng has no such voice; PhonemizerError: no library."""
+    """InputError naming ``language`` when espeak-ng has no such voice; PhonemizerError: no library."""
     from myxtts import espeak
 
     try:
         espeak.check_voice(language)
     except espeak.UnknownVoiceError:
-        raise ValueError(f"espeak-ng has no voice for the phoneme language {language!r} (config key "
+        raise InputError(f"espeak-ng has no voice for the phoneme language {language!r} (config key "
                          "'text.phoneme_language', or 'data.language' / a list line's language field, which "
                          "pick the voice of other languages). Voices are language codes such as en-us, en-gb, "
                          "de, fr, es, pt-br; or set text.use_phonemes: false.") from None

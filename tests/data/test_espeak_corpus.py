@@ -182,3 +182,21 @@ def test_exclude_keeps_evaluation_sentences_out(tmp_path: Path) -> None:
     assert "left out 28 of 32 sentences" in result.output
     ids = {Path(line.split("|")[0]).stem for line in (tmp_path / "out" / "list.txt").read_text().splitlines()}
     assert ids and not ids & {s.id for s in source[:28]}
+
+
+def test_sentence_ids_never_name_a_wav_outside_the_corpus(tmp_path: Path) -> None:
+    """Ids come from the transcripts file: `../escape`, an absolute path, `a/../../b` name wavs inside
+    OUT/wavs/<voice>/ (``myxtts.outputs.safe_file_name``), which prepare reads back and a rerun reuses."""
+    from myxtts.data.corpus import read_corpus
+    from myxtts.outputs import safe_file_name
+
+    ids = ["../escape", str(tmp_path / "abs"), "a/../../b"]
+    sentences = [Sentence(identifier, text) for identifier, text in
+                 zip(ids, ["The first sentence is short.", "A second one follows it.", "And this is the third."])]
+    out = tmp_path / "corpus"
+    result = render_corpus(sentences, 2, out, jobs=1, progress=False)
+    wavs = sorted(tmp_path.rglob("*.wav"))
+    assert len(wavs) == 3 and all(path.is_relative_to(out / "wavs") for path in wavs), wavs
+    assert sorted(path.stem for path in wavs) == sorted(safe_file_name(identifier) for identifier in ids)
+    assert len(read_corpus(result.list_file, "list").entries) == 3
+    assert render_corpus(sentences, 2, out, jobs=1, progress=False).reused == 3

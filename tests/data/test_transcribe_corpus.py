@@ -81,3 +81,28 @@ def test_cuts_prefer_a_sentence_end_and_keep_within_the_limits() -> None:
     clips = cut_points(words, min_seconds=2.0, max_seconds=6.0)
     assert clips == [(0, 4), (5, 8)]  # the sentence end at 5 s wins over the comma and the bare pauses
     assert all(words[b].end - words[a].start <= 6.0 for a, b in clips)
+
+
+class _FixedListener:
+    """Hears the same two sentences in any recording: the clips' names are under test, not Whisper."""
+
+    model_name = "fixed"
+
+    def transcribe_words(self, waveform, sample_rate):
+        words = "This is the first sentence. And here is the second one.".split()
+        return [_Word(word, 0.3 + 0.5 * index, 0.7 + 0.5 * index) for index, word in enumerate(words)]
+
+
+def test_clip_names_from_any_recording_name_stay_plain_and_inside(tmp_path: Path) -> None:
+    """A recording named with spaces and ':' gives clips named plainly (no space or '|' in list.txt) inside
+    OUT/wavs/, which prepare reads back."""
+    from myxtts.outputs import safe_file_name
+
+    recording = tmp_path / "take 1: intro.wav"
+    soundfile.write(str(recording), np.zeros(22050 * 6, np.float32), 22050)
+    result = transcribe_recordings([recording], tmp_path / "corpus", _FixedListener(), min_seconds=1.0,
+                                   max_seconds=4.0, echo=lambda _: None)
+    assert result.kept and all(clip.file.startswith(f"wavs/{safe_file_name('take 1: intro')}_")
+                               for clip in result.kept)
+    assert all((tmp_path / "corpus" / clip.file).is_file() for clip in result.kept)
+    assert len(read_corpus(result.list_file, "list").entries) == len(result.kept)

@@ -120,3 +120,35 @@ def test_evaluate_reports_speech_cut_at_the_largest_bucket(prepared_cache, bundl
     assert 0 < cut < len(items)  # both kinds in one report
     assert report["summary"]["cut_at_maximum"] == pytest.approx(cut / len(items))
     assert f"{cut / len(items):.0%}" in result.output
+
+
+def test_plots_of_any_list_id_stay_in_the_plots_folder(cached_run, bundled_corpus, tmp_path):
+    """A list corpus keeps the ids its lines write (their audio paths): ``../escape.wav``, an absolute path,
+    ``a/../../b.wav``. `evaluate --plots` still writes every PNG inside the plots folder, named from the id
+    (``myxtts.outputs.safe_file_name``), and nothing anywhere else."""
+    import shutil
+
+    from myxtts.cli import main
+    from myxtts.outputs import safe_file_name
+
+    rows = [line.split("|") for line in (bundled_corpus / "metadata.csv").read_text(encoding="utf-8").splitlines()]
+    shortest = sorted(rows, key=lambda row: len(row[2]))[:3]  # the quickest clips to say
+    corpus, plots = tmp_path / "work" / "corpus", tmp_path / "work" / "plots"
+    corpus.mkdir(parents=True)
+    ids = ["../escape.wav", str(tmp_path / "work" / "abs.wav"), "a/../../b.wav"]
+    lines = []
+    for identifier, (name, _, text) in zip(ids, shortest):
+        shutil.copy(bundled_corpus / "wavs" / f"{name}.wav", (corpus / identifier).resolve())
+        lines.append(f"{identifier}|{text}|reader")
+    (corpus / "list.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    before = {path for path in tmp_path.rglob("*")}
+
+    result = CliRunner().invoke(main, ["evaluate", "--run", str(cached_run), "--data", str(corpus / "list.txt"),
+                                       "--plots", str(plots)])
+    assert result.exit_code == 0, result.output
+    written = {path for path in tmp_path.rglob("*")} - before
+    assert written and all(path.is_relative_to(plots) for path in written), sorted(written)
+    listed = {entry_id: safe_file_name(entry_id) for entry_id in ("../escape.wav", ids[1], "../b.wav")}  # normpath
+    expected = {plots / f"{name}_{kind}.png" for name in listed.values()
+                for kind in ("mel", "alignment", "teacher_forced_mel")}
+    assert {path for path in written if path.is_file()} == expected

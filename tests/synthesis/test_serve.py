@@ -242,7 +242,7 @@ def test_an_older_request_finishes_within_a_few_batches_under_a_steady_stream_of
     """Every batch the engine decodes brings four new one-piece requests (as many as a batch takes): earliest piece
     index first alone would serve them forever ahead of the older request's second and third pieces."""
     _, engine, _ = server
-    decode, inside, go = engine.synthesizer._decode_tokens, threading.Event(), threading.Event()
+    decode, inside, go = engine.synthesizer.engine.decode_tokens, threading.Event(), threading.Event()
     newcomers, batches_seen = [], []  # batches_seen: the older request's pieces decoded when each batch began
     older = None
 
@@ -255,7 +255,7 @@ def test_an_older_request_finishes_within_a_few_batches_under_a_steady_stream_of
             newcomers.extend(engine.submit("Come here.", "linda") for _ in range(engine.batch_size))
         return decode(*args, **kwargs)
 
-    engine.synthesizer._decode_tokens = steady
+    engine.synthesizer.engine.decode_tokens = steady
     try:
         newcomers.append(engine.submit("Wait.", "linda"))
         inside.wait(60)
@@ -264,7 +264,7 @@ def test_an_older_request_finishes_within_a_few_batches_under_a_steady_stream_of
         go.set()
         audio = b"".join(older.pcm16(timeout=60))
     finally:
-        del engine.synthesizer._decode_tokens  # the class's method again
+        del engine.synthesizer.engine.decode_tokens  # the class's method again
         go.set()
         for stream in newcomers:
             stream.cancel()
@@ -313,7 +313,7 @@ def test_a_piece_cut_at_the_largest_bucket_is_counted_and_logged_with_the_reques
     # 30 frames per token: the short first piece fits the largest bucket, the long second one does not
     short, long = "Hi there.", TRANSCRIPTS[3]
     limit = engine.synthesizer.cfg.data.max_mel_frames
-    tokens = [len(engine.synthesizer._encode([text])[0]) for text in (short, long)]
+    tokens = [len(engine.synthesizer.engine.encode([text])[0]) for text in (short, long)]
     assert 30 * tokens[0] < limit < 30 * tokens[1]
     projection.kernel.assign(np.zeros_like(kept[0]))
     projection.bias.assign(np.full_like(kept[1], np.log(1.0 + 30.0)))  # compiled functions read the variables

@@ -51,19 +51,19 @@ def bounded(parallel_run):  # noqa: F811
 def engine_held(engine) -> Iterator[threading.Event]:
     """The engine thread stops inside its next decode until the block ends; yields an event set once it is there."""
     inside, release = threading.Event(), threading.Event()
-    real = engine.synthesizer._decode_tokens
+    real = engine.synthesizer.engine.decode_tokens
 
     def held(*args, **kwargs):
         inside.set()
         release.wait(60)
         return real(*args, **kwargs)
 
-    engine.synthesizer._decode_tokens = held
+    engine.synthesizer.engine.decode_tokens = held
     try:
         yield inside
     finally:
         release.set()
-        del engine.synthesizer._decode_tokens  # the class's method again
+        del engine.synthesizer.engine.decode_tokens  # the class's method again
 
 
 def _idle(engine) -> bool:
@@ -159,7 +159,7 @@ def test_input_the_server_will_not_say_is_400_naming_why(bounded, text, says):
 
 def test_punctuation_alone_is_the_only_text_left_out(bounded):
     _, engine = bounded
-    pieces = engine.synthesizer._split(f"{TRANSCRIPTS[0]} ... {TRANSCRIPTS[3]}")
+    pieces = engine.synthesizer.engine.split(f"{TRANSCRIPTS[0]} ... {TRANSCRIPTS[3]}")
     assert [piece.text for piece in pieces] == [TRANSCRIPTS[0], TRANSCRIPTS[3]]
 
 
@@ -241,7 +241,7 @@ def test_a_client_that_stops_reading_is_dropped_and_its_pieces_freed(bounded):
     long_text = ""
     for text in TRANSCRIPTS:  # as many pieces as the limits allow
         candidate = f"{long_text} {text}".strip()
-        if len(candidate) > 600 or len(engine.synthesizer._split(candidate)) > 8:
+        if len(candidate) > 600 or len(engine.synthesizer.engine.split(candidate)) > 8:
             break
         long_text = candidate
     stream = engine.submit(long_text, "linda")

@@ -178,8 +178,8 @@ def test_reference_in_another_format_and_rate(synthesizer, tmp_path):
 
     flac = tmp_path / "reference.flac"
     soundfile.write(str(flac), soxr.resample(wave, rate, 16000), 16000, format="FLAC")
-    mel_flac, length_flac = synthesizer._reference_mel(flac)
-    mel_wav, length_wav = synthesizer._reference_mel(bundled_wavs(3)[2])
+    mel_flac, length_flac = synthesizer.engine.reference_mel(flac)
+    mel_wav, length_wav = synthesizer.engine.reference_mel(bundled_wavs(3)[2])
     assert mel_flac.shape == mel_wav.shape == (96, 80) and length_flac == length_wav == 96
     assert np.all(np.isfinite(synthesizer.synthesize("Hello.", flac)[0].waveform))
 
@@ -188,7 +188,7 @@ def test_no_retrace_over_twenty_texts(synthesizer):
     from myxtts.diagnostics import RetraceMonitor
 
     texts = [" ".join(TEXTS[i].split()[: 2 + i]) for i in range(20)]  # 2..21 words: two text buckets
-    token_counts = [len(t) for t in synthesizer._encode(texts)]
+    token_counts = [len(t) for t in synthesizer.engine.encode(texts)]
     assert len(set(token_counts)) >= 15
     buckets = {synthesizer.lengths.text_bucket(n) for n in token_counts}
     for bucket in buckets:  # warm-up: one compiled graph per (batch 1, text bucket)
@@ -299,14 +299,14 @@ def test_synthesis_normalises_the_reference_and_denormalises_the_output(tiny_run
     stats = synthesizer.mel_stats
     np.testing.assert_array_equal(stats.mean, MelStats.load(tiny_run / "mel_stats.json").mean)
     reference = bundled_wavs(3)[2]
-    mel, length = synthesizer._reference_mel(reference)
+    mel, length = synthesizer.engine.reference_mel(reference)
     raw = synthesizer.frontend(load_audio(reference, 22050)).numpy()
     start = (raw.shape[0] - 96) // 2
     np.testing.assert_allclose(mel, stats.normalize(raw[start:start + 96]), rtol=1e-6, atol=1e-6)
     # the same model without statistics returns its raw (normalised-space) output: the run's result is that,
     # denormalised, and the vocoder receives it
     raw_model = Synthesizer(synthesizer.cfg, synthesizer.model, synthesizer.vocabulary)
-    voice = synthesizer._latents_of([mel], [length])[0]
+    voice = synthesizer.engine.latents([mel], [length])[0]
     result, = synthesizer.synthesize(TEXTS[5], voices=[voice])
     normalized, = raw_model.synthesize(TEXTS[5], voices=[voice], vocode=False)
     np.testing.assert_allclose(result.mel, stats.denormalize(normalized.mel), rtol=1e-5, atol=1e-5)

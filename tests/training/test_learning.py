@@ -64,9 +64,10 @@ def _free_running_mcd(cfg, synthesizer, batch, waves, vocoder) -> tuple[float, l
     from myxtts.evaluation.metrics import mel_cepstral_distortion
 
     lengths = batch["token_lengths"].numpy()
-    voices = synthesizer._latents_of(list(batch["reference_mel"].numpy()), list(batch["reference_lengths"].numpy()))
-    results = synthesizer._decode_tokens([batch["tokens"].numpy()[i, : lengths[i]] for i in range(len(waves))],
-                                         list(voices), batch_size=len(waves))
+    engine = synthesizer.engine
+    voices = engine.latents(list(batch["reference_mel"].numpy()), list(batch["reference_lengths"].numpy()))
+    results = engine.decode_tokens([batch["tokens"].numpy()[i, : lengths[i]] for i in range(len(waves))],
+                                   list(voices), batch_size=len(waves))
     scores = [mel_cepstral_distortion(wave, np.asarray(vocoder(result.mel)), cfg.audio.sample_rate)
               for wave, result in zip(waves, results)]
     return float(np.mean(scores)), [r.frames for r in results]

@@ -26,7 +26,7 @@ def test_inverse_stft_head_reconstructs_a_real_clip():
     frontend = MelFrontend(audio_cfg)
     wave = load_audio(bundled_wavs(1)[0], audio_cfg.sample_rate)[:40000]
     padded = np.pad(wave, audio_cfg.n_fft // 2, mode="reflect")
-    stft = tf.signal.stft(padded[None], audio_cfg.n_fft, audio_cfg.hop_length, window_fn=frontend._window_fn)
+    stft = tf.signal.stft(padded[None], audio_cfg.n_fft, audio_cfg.hop_length, window_fn=frontend.window_fn)
     frames = stft.shape[1]
     rebuilt = InverseStft(audio_cfg.n_fft, audio_cfg.hop_length, frontend.window.numpy())(
         tf.math.real(stft), tf.math.imag(stft)).numpy()[0]

@@ -1,7 +1,8 @@
 """The `myxtts` command line: a click group; each concern registers its subcommands from its own module.
 
-Library code does the work; these modules parse flags, call it and turn known errors into clean
-messages (exit code 2 for bad input), never tracebacks.
+Library code does the work; these modules parse flags and call it. An expected failure (bad input, a missing
+package: ``myxtts.errors``) ends the command with one ``Error: ...`` line and exit code 2; anything else (a bug, a
+full disk) with its traceback and exit code 1 (``failures.clean_errors``).
 """
 
 from __future__ import annotations

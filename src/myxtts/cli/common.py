@@ -1,13 +1,13 @@
-"""Shared CLI helpers: config option, error reporting."""
+"""Shared CLI helpers: the --config / --set / --vocoder options and loading the config (errors: ``failures``)."""
 
 from __future__ import annotations
 
-import functools
-import sys
-from typing import Any, Callable
+from typing import Callable
 
 import click
+import yaml
 
+from myxtts.cli.failures import is_expected
 from myxtts.config import Config, load_config
 
 
@@ -31,21 +31,17 @@ def vocoder_option(default: str | None = None) -> Callable:
 
 
 def load(config_path: str, overrides: tuple[str, ...] = ()) -> Config:
+    """The config of ``--config`` with its ``--set`` overrides; a bad one is a usage error (exit 2, naming the file
+    and key path), any other failure propagates (``failures.is_expected``)."""
     try:
         return load_config(config_path, list(overrides))
+    except yaml.YAMLError as err:  # the config file's own YAML errors name it already: this is a --set value's
+        raise click.UsageError(f"A --set value is not valid YAML: {' '.join(str(err).split())}") from None
+    except UnicodeDecodeError as err:  # raised by the codec, not by myxtts.config: still the user's file
+        raise click.UsageError(f"Config file {config_path} is not valid UTF-8 (at byte {err.start}); re-save it as "
+                               "UTF-8.") from None
     except ValueError as err:
+        if not is_expected(err):
+            raise
         raise click.UsageError(str(err)) from None
 
-
-def clean_errors(*error_types: type[BaseException]) -> Callable:
-    """Turn the given (known, user-facing) exceptions into `Error: ...` and exit code 2."""
-    def decorate(fn: Callable) -> Callable:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(*args, **kwargs)
-            except error_types as err:
-                click.echo(f"Error: {err}", err=True)
-                sys.exit(2)
-        return wrapper
-    return decorate

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import click
 
-from myxtts.cli.common import clean_errors
-from myxtts.data.espeak_corpus import EspeakMissingError, EspeakRenderError
-from myxtts.evaluation.whisper_listener import WhisperError
+from myxtts.cli.failures import clean_errors
 
 
 @click.group("corpus")
@@ -34,7 +32,7 @@ def corpus_group() -> None:
               help="Clips rendered at once (threads, each with its own copy of the bundled espeak-ng library).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sentence sample and voice assignment.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
-@clean_errors(ValueError, OSError, EspeakMissingError, EspeakRenderError)
+@clean_errors
 def espeak_command(transcripts: str | None, out_dir: str, sentences: int | None, voices: int, held_out_voices: bool,
                    exclude: tuple[str, ...], jobs: int, seed: int, no_progress: bool) -> None:
     """Render sentences with several espeak-ng voices into a list corpus (each voice speaks its own share)."""
@@ -67,7 +65,7 @@ def espeak_command(transcripts: str | None, out_dir: str, sentences: int | None,
 @click.option("--whisper-model", default=None,
               help="A Whisper model name (tiny.en, base.en, small.en, ...) or a CTranslate2 model folder; default "
                    "$MYXTTS_WHISPER_MODEL or tiny.en. Larger models transcribe better and slower.")
-@clean_errors(ValueError, OSError, WhisperError)
+@clean_errors
 def transcribe_command(recordings: tuple[str, ...], out_dir: str, speaker: str, min_seconds: float,
                        max_seconds: float, min_confidence: float, whisper_model: str | None) -> None:
     """Cut recordings of one speaker (no transcripts) into 2-10 s clips at pauses, transcribed by Whisper: a list

@@ -7,7 +7,9 @@ import json
 
 import click
 
-from myxtts.cli.common import clean_errors, config_option, load, override_option
+from myxtts.cli.common import config_option, load, override_option
+from myxtts.cli.failures import clean_errors
+from myxtts.errors import InputError
 
 
 @click.command("prepare")
@@ -23,7 +25,7 @@ from myxtts.cli.common import clean_errors, config_option, load, override_option
 @click.option("--lock-timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Give up (exit 2) after waiting this long for another prepare of the same cache "
                    "(default: wait until it is done).")
-@clean_errors(ValueError, OSError)
+@clean_errors
 def prepare_command(config_path: str, overrides: tuple[str, ...], force: bool, rebuild: bool, no_progress: bool,
                     workers: int | None, lock_timeout: float | None) -> None:
     """Validate every clip, compute mel features once and write the cache (cfg.data.cache_dir); a rerun
@@ -45,7 +47,7 @@ def prepare_command(config_path: str, overrides: tuple[str, ...], force: bool, r
 @click.option("--shapes", type=click.IntRange(min=1), default=None,
               help="Number of bucket shapes to plan (default: data.num_buckets).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@clean_errors(ValueError, OSError)
+@clean_errors
 def stats_command(config_path: str, overrides: tuple[str, ...], shapes: int | None, as_json: bool) -> None:
     """Length percentiles of the prepared cache, suggested max_* and bucket boundaries with their fill."""
     from myxtts.data.stats import cache_stats, format_stats
@@ -65,7 +67,7 @@ def stats_command(config_path: str, overrides: tuple[str, ...], shapes: int | No
               help="Required: TensorFlow's tf.data service servers listen on every network interface (TF has no "
                    "bind address), and anyone who reaches the port can run any dataset graph as this user; pass it "
                    "once the port is firewalled to your cluster.")
-@clean_errors(ValueError, OSError)
+@clean_errors
 def data_service_command(role: str, port: int, dispatcher_address: str | None, all_interfaces: bool) -> None:
     """Run a tf.data service dispatcher or worker until interrupted (for data.service_address).
 
@@ -75,12 +77,12 @@ def data_service_command(role: str, port: int, dispatcher_address: str | None, a
     from myxtts.data.service import start_dispatcher, start_worker
 
     if not all_interfaces:
-        raise ValueError(f"myxtts data-service {role} would listen on port {port} of every network interface "
+        raise InputError(f"myxtts data-service {role} would listen on port {port} of every network interface "
                          "(TensorFlow's tf.data service has no bind address) with no credentials: anyone who reaches "
                          "it can register a dataset graph that its workers run as this user (reading or writing any "
                          "file). Firewall the port to your cluster's machines, then pass --listen-on-all-interfaces.")
     if role == "worker" and not dispatcher_address:
-        raise ValueError("myxtts data-service worker needs --dispatcher HOST:PORT.")
+        raise InputError("myxtts data-service worker needs --dispatcher HOST:PORT.")
     server = start_dispatcher(port) if role == "dispatcher" else start_worker(dispatcher_address, port)
     click.echo(f"tf.data service {role} listening on port {port}" + (
         f" (set data.service_address: {server.target})" if role == "dispatcher" else

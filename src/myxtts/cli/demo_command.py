@@ -17,7 +17,9 @@ from pathlib import Path
 import click
 import numpy as np
 
-from myxtts.cli.common import clean_errors, config_option, load, override_option, vocoder_option
+from myxtts.cli.common import config_option, load, override_option, vocoder_option
+from myxtts.cli.failures import clean_errors
+from myxtts.errors import InputError
 from myxtts.run_dir import RunDir
 
 DEMO_TEXT = "Printing, in the only sense with which we are at present concerned, is a modern art."
@@ -51,7 +53,7 @@ def _batching_report(cfg) -> dict:
 @click.option("--listen-sentences", type=click.IntRange(min=0), default=TRAINING_SENTENCES, show_default=True,
               help="Training sentences synthesized and listened to next to their recordings (0: only --text).")
 @vocoder_option()
-@clean_errors(ValueError, OSError)
+@clean_errors
 def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, steps: int | None, text: str,
                  fresh: bool, listen_sentences: int, vocoder_path: str | None) -> None:
     """Prepare the corpus, train briefly, synthesize a wav and print the diagnostics summary.
@@ -124,7 +126,7 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     # the reference voice: a training clip that is not one of the sentences listened to
     reference = sentences.pop()[1] if sentences else None
     if reference is None:
-        raise ValueError("The demo needs at least one prepared training clip as the reference voice.")
+        raise InputError("The demo needs at least one prepared training clip as the reference voice.")
     waveform = synthesizer.synthesize(text, reference, batch_size=1)[0].waveform
     wav_path = RunDir(run_dir).demo_wav
     write_wav(wav_path, waveform, cfg.audio.sample_rate, made_by="demo")

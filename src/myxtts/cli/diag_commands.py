@@ -8,7 +8,8 @@ import sys
 
 import click
 
-from myxtts.cli.common import clean_errors, config_option, load, override_option
+from myxtts.cli.common import config_option, load, override_option
+from myxtts.cli.failures import clean_errors
 
 
 class _EchoHandler(logging.Handler):
@@ -44,7 +45,7 @@ def _detach_log_handler(handler: logging.Handler) -> None:
               help="Run the program a second time with each proposed fix applied and report whether the retraces "
                    "are gone and the outputs unchanged.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
-@clean_errors(ValueError)
+@clean_errors
 def explain_retracing_command(json_path: str | None, strict: bool, verify: bool, command: tuple[str, ...]) -> None:
     """Run `python script.py ARGS` in-process and explain every tf.function retrace it causes.
 
@@ -86,7 +87,7 @@ def explain_retracing_command(json_path: str | None, strict: bool, verify: bool,
 
 @click.command("lint")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@clean_errors(ValueError)
+@clean_errors
 def lint_command(paths: tuple[str, ...]) -> None:
     """Static checks for retracing and input-stall patterns (file:line, rule, fix). Exit 1 on findings."""
     from myxtts.diagnostics.lint import lint_paths
@@ -115,7 +116,7 @@ def diagnose_group() -> None:
 @click.option("--vocoder", "vocoder_input", is_flag=True,
               help="Diagnose train-vocoder's input (fixed-length audio and mel segments) instead of the acoustic model's.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report as JSON.")
-@clean_errors(ValueError)
+@clean_errors
 def diagnose_pipeline_command(config_path: str, overrides: tuple[str, ...], steps: int,
                               target_steps_per_second: float | None, model_flops: float | None,
                               device_peak_tflops: float | None, split: str, vocoder_input: bool,
@@ -157,23 +158,18 @@ def diagnose_pipeline_command(config_path: str, overrides: tuple[str, ...], step
 @click.option("--check-batches", type=int, default=None,
               help="Train batches compared with signatures() (default: max(steps, 4 x shapes)).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report as JSON.")
+@clean_errors
 def diagnose_retracing_command(config_path: str, overrides: tuple[str, ...], steps: int, workdir: str | None,
                                check_batches: int | None, json_path: str | None) -> None:
     """Config + pipeline shapes vs signatures() + N real training steps under the retrace explainer.
 
     Exit 1 when anything retraces after warm-up or a batch shape is not a declared signature.
     """
-    from myxtts.cli.train_commands import _known_errors
     from myxtts.diagnostics.retracing_check import diagnose_retracing
 
     cfg = load(config_path, overrides)
-
-    @clean_errors(ValueError, *_known_errors())
-    def go():
-        return diagnose_retracing(cfg, steps=steps, workdir=workdir, check_batches=check_batches,
-                                  echo=lambda line: click.echo(line, err=True))
-
-    report = go()
+    report = diagnose_retracing(cfg, steps=steps, workdir=workdir, check_batches=check_batches,
+                                echo=lambda line: click.echo(line, err=True))
     click.echo(report.format())
     if json_path:
         with open(json_path, "w", encoding="utf-8") as handle:

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import click
 
-from myxtts.cli.common import clean_errors, vocoder_option
+from myxtts.cli.common import vocoder_option
+from myxtts.cli.failures import clean_errors
+from myxtts.errors import InputError, SetupError
 
 
 def _synthesizer(run_dir: str | None, checkpoint: str | None, config_path: str | None, batch_size: int,
@@ -32,19 +34,22 @@ def _read_texts(text: str | None, text_file: str | None, one_document: bool) -> 
     """The texts to say: ``--text``, or ``--text-file`` as one document (``one_document``: paragraphs and
     chapters, for one --out file) or one text per non-empty line (for --out-dir)."""
     if (text is None) == (text_file is None):
-        raise ValueError("Give exactly one of --text or --text-file.")
+        raise InputError("Give exactly one of --text or --text-file.")
     if text is not None:
         if not text.strip():
-            raise ValueError("--text is empty: give the text to synthesize.")
+            raise InputError("--text is empty: give the text to synthesize.")
         return [text]
     path = Path(text_file)
     if not path.is_file():
-        raise ValueError(f"Text file not found: {path}")
-    content = path.read_text(encoding="utf-8")
+        raise InputError(f"Text file not found: {path}")
+    try:
+        content = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"Text file {path} is not valid UTF-8 (at byte {err.start}); re-save it as UTF-8.") from None
     texts = [content] if one_document else [line.strip() for line in content.splitlines()]
     texts = [t for t in texts if t.strip()]
     if not texts:
-        raise ValueError(f"Text file {path} has no text.")
+        raise InputError(f"Text file {path} has no text.")
     return texts
 
 
@@ -70,7 +75,7 @@ def _read_texts(text: str | None, text_file: str | None, one_document: bool) -> 
 @click.option("--speed", type=click.FloatRange(min=0.1, max=10.0), default=1.0, show_default=True,
               help="Speaking rate: the predicted durations are divided by it.")
 @vocoder_option()
-@clean_errors(ValueError, OSError)
+@clean_errors
 def synthesize_command(run_dir, checkpoint, config_path, text, text_file, references, out_path, out_dir,
                        batch_size, speed, vocoder_path) -> None:
     """Text + a reference voice clip -> 16-bit WAV at the configured sample rate."""
@@ -81,12 +86,12 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
     from myxtts.vocoder.neural import vocoder_name
 
     if (out_path is None) == (out_dir is None):
-        raise ValueError("Give exactly one of --out (one wav for the whole text, split where it must be) or "
+        raise InputError("Give exactly one of --out (one wav for the whole text, split where it must be) or "
                          "--out-dir (one wav per line of --text-file).")
     texts = _read_texts(text, text_file, one_document=out_path is not None)
     missing = [reference for reference in references if not Path(reference).is_file()]
     if missing:
-        raise ValueError(f"Reference clip not found: {', '.join(missing)}")
+        raise InputError(f"Reference clip not found: {', '.join(missing)}")
     # before the model loads: an existing file is replaced only when an earlier `synthesize` wrote it
     for target, option in ([(out_path, "--out")] if out_path else
                            [(path, "--out-dir") for path in numbered_wav_paths(len(texts), out_dir)]):
@@ -122,7 +127,7 @@ def synthesize_command(run_dir, checkpoint, config_path, text, text_file, refere
 @click.option("--plots", "plots_dir", type=click.Path(file_okay=False),
               help="Write mel / alignment PNGs per clip here.")
 @vocoder_option()
-@clean_errors(ValueError, OSError)
+@clean_errors
 def evaluate_command(run_dir, data_path, config_path, limit, json_path, plots_dir, vocoder_path) -> None:
     """MCD-DTW, teacher-forced mel L1, duration error, aligner focus / diagonality, the pitch contour against the
     recordings' (pitch conditioning), real-time factor."""
@@ -166,7 +171,7 @@ def _write_report(report: dict, json_path: str | None) -> None:
 @click.option("--force", is_flag=True,
               help="Replace --out if it holds an earlier export, once the new one is complete (never a run or cache).")
 @vocoder_option()
-@clean_errors(ValueError, OSError)
+@clean_errors
 def export_command(run_dir, out_dir, config_path, force, vocoder_path) -> None:
     """A SavedModel of the run's latest checkpoint: signatures speaker_embedding and synthesize (vocoder inside),
     symbol table and mel statistics as assets; TensorFlow alone (or TF Serving) runs it."""
@@ -185,9 +190,9 @@ def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:
     for spec in specs:
         name, sep, clip = spec.partition("=")
         if not sep or not name.strip() or not clip.strip():
-            raise ValueError(f"--voice {spec!r}: expected NAME=CLIP (e.g. --voice linda=ref.wav).")
+            raise InputError(f"--voice {spec!r}: expected NAME=CLIP (e.g. --voice linda=ref.wav).")
         if not Path(clip).is_file():
-            raise ValueError(f"--voice {spec!r}: reference clip not found: {clip}")
+            raise InputError(f"--voice {spec!r}: reference clip not found: {clip}")
         voices.setdefault(name.strip(), []).append(clip.strip())
     return voices
 
@@ -234,7 +239,7 @@ def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:
               help="On SIGTERM or Ctrl-C: stop accepting, give the streams in flight this many seconds to finish, "
                    "cut the rest, exit 0 (a second signal cuts them at once).")
 @vocoder_option()
-@clean_errors(ValueError, OSError)
+@clean_errors
 def serve_command(run_dir, voice_specs, host, port, batch_size, small_batches, max_characters, max_pieces,
                   max_body_bytes, header_timeout, body_timeout, max_requests_in_flight, max_queued_pieces, send_timeout,
                   max_connections, allowed_hosts, shutdown_grace, vocoder_path) -> None:
@@ -243,17 +248,17 @@ def serve_command(run_dir, voice_specs, host, port, batch_size, small_batches, m
     try:
         from myxtts.synthesis.http import serve
     except ImportError as err:
-        raise ValueError(f"myxtts serve needs FastAPI and uvicorn ({err}): pip install -e '.[serve]'.") from None
+        raise SetupError(f"myxtts serve needs FastAPI and uvicorn ({err}): pip install -e '.[serve]'.") from None
     from myxtts.synthesis import Synthesizer
     from myxtts.synthesis.server_limits import ServerLimits
     from myxtts.synthesis.serving import SpeechEngine, small_batch_sizes
     from myxtts.vocoder.neural import vocoder_name
 
+    # before the model loads: ServerLimits checks these options' ranges (and together), an InputError naming one
     limits = ServerLimits(max_body_bytes=max_body_bytes, header_timeout=header_timeout, body_timeout=body_timeout,
-                          max_characters=max_characters,
-                          max_pieces=max_pieces, max_requests_in_flight=max_requests_in_flight,
-                          max_queued_pieces=max_queued_pieces, send_timeout=send_timeout,
-                          max_connections=max_connections)  # before the model loads
+                          max_characters=max_characters, max_pieces=max_pieces,
+                          max_requests_in_flight=max_requests_in_flight, max_queued_pieces=max_queued_pieces,
+                          send_timeout=send_timeout, max_connections=max_connections)
     voices = _voices(voice_specs)
     synthesizer = Synthesizer.from_run(run_dir, batch_size=batch_size, vocoder=vocoder_path)
     engine = SpeechEngine(synthesizer, voices, batch_size=batch_size, limits=limits,
@@ -283,7 +288,7 @@ def serve_command(run_dir, voice_specs, host, port, batch_size, small_batches, m
               show_default="the run's own (RUN/vocoder) if it has one",
               help="Of an acoustic run: the vocoder packed with the model as its own (OUT/vocoder, the generator "
                    "alone), which synthesize, serve, export and evaluate then use by default; griffin-lim: none.")
-@clean_errors(ValueError, OSError)
+@clean_errors
 def pack_command(run_dir: str, out_dir: str, force: bool, with_discriminators: bool, vocoder_path: str | None) -> None:
     """A run's newest model, without optimizer state, as a folder to ship: synthesize --run and train --init-from
     take it (with its own vocoder, if it has one)."""

@@ -6,20 +6,8 @@ from pathlib import Path
 
 import click
 
-from myxtts.cli.common import clean_errors, config_option, load, override_option
-
-
-def _known_errors() -> tuple[type[BaseException], ...]:
-    from myxtts.data.cache import CacheError
-    from myxtts.locks import DirectoryBusyError
-    from myxtts.outputs import OutputRefused
-    from myxtts.training import NonFiniteLossError, WorkdirError
-    from myxtts.training.checkpoint import CheckpointError
-    from myxtts.training.distribute import DistributionError
-    from myxtts.training.warm_start import WarmStartError
-    from myxtts.diagnostics import RetraceError
-    return (CacheError, DirectoryBusyError, NonFiniteLossError, WorkdirError, CheckpointError, DistributionError,
-            RetraceError, WarmStartError, OutputRefused)
+from myxtts.cli.common import config_option, load, override_option
+from myxtts.cli.failures import clean_errors
 
 
 @click.command("train")
@@ -33,6 +21,7 @@ def _known_errors() -> tuple[type[BaseException], ...]:
                    "or a checkpoint prefix); fresh optimizer and schedule. Sets training.init_from.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (for logs).")
 @override_option()
+@clean_errors
 def train_command(config_path: str, workdir: str | None, resume: bool, init_from: str | None, no_progress: bool,
                   overrides: tuple[str, ...]) -> None:
     """Train the model: compiled per-shape steps, all traced at warm-up; prints a training summary.
@@ -43,17 +32,13 @@ def train_command(config_path: str, workdir: str | None, resume: bool, init_from
         overrides = (*overrides, f"training.init_from={Path(init_from).resolve()}")
     cfg = load(config_path, overrides)
     workdir = workdir or str(Path("runs") / Path(config_path).stem)
+    from myxtts.training import run
+    from myxtts.training.interrupt import die_by
 
-    @clean_errors(*_known_errors())
-    def go() -> dict:
-        from myxtts.training import run
-        from myxtts.training.interrupt import die_by
-        summary = run(cfg, workdir, resume=resume, progress=not no_progress, echo=click.echo, stop_on_signals=True)
-        if summary["interrupted_by"]:  # stopped by Ctrl-C / SIGTERM at a checkpoint: not a finished run
-            die_by(summary["interrupted_by"])
-        return summary
-
-    return go()
+    summary = run(cfg, workdir, resume=resume, progress=not no_progress, echo=click.echo, stop_on_signals=True)
+    if summary["interrupted_by"]:  # stopped by Ctrl-C / SIGTERM at a checkpoint: not a finished run
+        die_by(summary["interrupted_by"])
+    return summary
 
 
 COMMANDS = [train_command]

@@ -6,21 +6,8 @@ from pathlib import Path
 
 import click
 
-from myxtts.cli.common import clean_errors, config_option, load, override_option
-
-
-def _known_errors() -> tuple[type[BaseException], ...]:
-    from myxtts.data.cache import CacheError
-    from myxtts.data.vocoder_segments import VocoderDataError
-    from myxtts.diagnostics import RetraceError
-    from myxtts.locks import DirectoryBusyError
-    from myxtts.outputs import OutputRefused
-    from myxtts.synthesis import RunError
-    from myxtts.training.checkpoint import CheckpointError
-    from myxtts.training.vocoder_trainer import VocoderTrainingError
-    from myxtts.vocoder.neural import VocoderError
-    return (CacheError, VocoderDataError, RetraceError, DirectoryBusyError, CheckpointError, VocoderTrainingError,
-            VocoderError, RunError, OutputRefused)
+from myxtts.cli.common import config_option, load, override_option
+from myxtts.cli.failures import clean_errors
 
 
 @click.command("train-vocoder")
@@ -38,6 +25,7 @@ def _known_errors() -> tuple[type[BaseException], ...]:
                    "trained, its generator is installed as RUN/vocoder, so --workdir must lie outside RUN.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (for logs).")
 @override_option()
+@clean_errors
 def train_vocoder_command(config_path: str, workdir: str | None, resume: bool, init_from: str | None,
                           acoustic_run: str | None, no_progress: bool, overrides: tuple[str, ...]) -> None:
     """Train a neural vocoder (log mel -> waveform) with GAN losses on fixed-length segments of the prepared cache.
@@ -47,22 +35,17 @@ def train_vocoder_command(config_path: str, workdir: str | None, resume: bool, i
     """
     cfg = load(config_path, overrides)
     workdir = workdir or str(Path("runs") / Path(config_path).stem)
+    from myxtts.outputs import check_outside_acoustic_run
+    from myxtts.training.interrupt import die_by
 
-    @clean_errors(*_known_errors())
-    def go() -> dict:
-        from myxtts.outputs import check_outside_acoustic_run
-        from myxtts.training.interrupt import die_by
-
-        if acoustic_run is not None:  # refused before anything is loaded or written
-            check_outside_acoustic_run(workdir, acoustic_run)
-        from myxtts.training.vocoder_trainer import train_vocoder
-        summary = train_vocoder(cfg, workdir, resume=resume, init_from=init_from, acoustic_run=acoustic_run,
-                                progress=not no_progress, echo=click.echo, stop_on_signals=True)
-        if summary["interrupted_by"]:
-            die_by(summary["interrupted_by"])
-        return summary
-
-    return go()
+    if acoustic_run is not None:  # refused before anything is loaded or written
+        check_outside_acoustic_run(workdir, acoustic_run)
+    from myxtts.training.vocoder_trainer import train_vocoder
+    summary = train_vocoder(cfg, workdir, resume=resume, init_from=init_from, acoustic_run=acoustic_run,
+                            progress=not no_progress, echo=click.echo, stop_on_signals=True)
+    if summary["interrupted_by"]:
+        die_by(summary["interrupted_by"])
+    return summary
 
 
 COMMANDS = [train_vocoder_command]

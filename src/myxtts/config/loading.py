@@ -13,7 +13,7 @@ from typing import Any, Literal, Mapping
 
 import yaml
 
-from myxtts.config.sections import MOVED_KEYS, REMOVED_KEYS, Config, _sections
+from myxtts.config.sections import ConfigError, MOVED_KEYS, REMOVED_KEYS, Config, config_sections
 from myxtts.config.validation import validate
 
 
@@ -30,11 +30,11 @@ def _check_value(path: str, value: Any, annotation: Any) -> Any:
     if origin is Literal:
         choices = typing.get_args(annotation)
         if value not in choices:
-            raise ValueError(f"Config key '{path}': {value!r} is not one of {list(choices)}.")
+            raise ConfigError(f"Config key '{path}': {value!r} is not one of {list(choices)}.")
         return value
     if origin is tuple:  # tuple[str, ...]: a YAML list
         if not isinstance(value, (list, tuple)):
-            raise ValueError(f"Config key '{path}': expected a list, got {value!r}.")
+            raise ConfigError(f"Config key '{path}': expected a list, got {value!r}.")
         item = typing.get_args(annotation)[0]
         return tuple(_check_value(f"{path}[{index}]", element, item) for index, element in enumerate(value))
     if origin in (typing.Union, types.UnionType):
@@ -44,19 +44,19 @@ def _check_value(path: str, value: Any, annotation: Any) -> Any:
         return _check_value(path, value, args[0])
     if annotation is bool:
         if not isinstance(value, bool):
-            raise ValueError(f"Config key '{path}': expected true/false, got {value!r}.")
+            raise ConfigError(f"Config key '{path}': expected true/false, got {value!r}.")
         return value
     if annotation is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"Config key '{path}': expected an integer, got {value!r}.")
+            raise ConfigError(f"Config key '{path}': expected an integer, got {value!r}.")
         return value
     if annotation is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"Config key '{path}': expected a number, got {value!r}.")
+            raise ConfigError(f"Config key '{path}': expected a number, got {value!r}.")
         return float(value)
     if annotation is str:
         if not isinstance(value, str):
-            raise ValueError(f"Config key '{path}': expected a string, got {value!r}.")
+            raise ConfigError(f"Config key '{path}': expected a string, got {value!r}.")
         return value
     raise TypeError(f"unsupported annotation {annotation} for {path}")  # programming error
 
@@ -65,22 +65,22 @@ def _build_section(name: str, cls: type, raw: Any) -> Any:
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
-        raise ValueError(f"Config section '{name}' must be a mapping, got {type(raw).__name__}.")
+        raise ConfigError(f"Config section '{name}' must be a mapping, got {type(raw).__name__}.")
     hints = typing.get_type_hints(cls)
     valid = [f.name for f in dataclasses.fields(cls)]
     required = [f.name for f in dataclasses.fields(cls)
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     missing = [key for key in required if key not in raw]
     if missing:
-        raise ValueError(f"Config key '{name}.{missing[0]}' is required.")
+        raise ConfigError(f"Config key '{name}.{missing[0]}' is required.")
     kwargs = {}
     for key, value in raw.items():
         path = f"{name}.{key}"
         if path in REMOVED_KEYS:
-            raise ValueError(f"Config key '{path}' is not supported: it would do nothing here. "
+            raise ConfigError(f"Config key '{path}' is not supported: it would do nothing here. "
                              f"Instead: {REMOVED_KEYS[path]}.")
         if key not in valid:
-            raise ValueError(f"Unknown config key '{path}'.{_closest(str(key), valid)}")
+            raise ConfigError(f"Unknown config key '{path}'.{_closest(str(key), valid)}")
         kwargs[key] = _check_value(path, value, hints[key])
     return cls(**kwargs)
 
@@ -97,7 +97,7 @@ def _move_legacy_keys(raw: dict[str, Any]) -> dict[str, Any]:
         target = raw.setdefault(new_section, {}) or {}
         raw[new_section] = target
         if new_key in target and target[new_key] != value:
-            raise ValueError(f"Config keys '{old}' ({value!r}) and '{new}' ({target[new_key]!r}) disagree; "
+            raise ConfigError(f"Config keys '{old}' ({value!r}) and '{new}' ({target[new_key]!r}) disagree; "
                              f"set only '{new}'.")
         target[new_key] = value
     return raw
@@ -106,13 +106,13 @@ def _move_legacy_keys(raw: dict[str, Any]) -> dict[str, Any]:
 def config_from_dict(raw: Mapping[str, Any] | None, base_dir: str | os.PathLike = ".") -> Config:
     raw = dict(raw or {})
     if not isinstance(raw, Mapping):
-        raise ValueError("A config must be a mapping of sections.")
+        raise ConfigError("A config must be a mapping of sections.")
     raw = _move_legacy_keys(raw)
-    sections = {f.name: f for f in _sections()}
+    sections = {f.name: f for f in config_sections()}
     kwargs: dict[str, Any] = {}
     for name, value in raw.items():
         if name not in sections:
-            raise ValueError(f"Unknown config section '{name}'.{_closest(str(name), list(sections))}")
+            raise ConfigError(f"Unknown config section '{name}'.{_closest(str(name), list(sections))}")
         cls = typing.get_type_hints(Config)[name]
         kwargs[name] = _build_section(name, cls, value)
     return validate(Config(**kwargs, base_dir=str(Path(base_dir).resolve())))
@@ -123,7 +123,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     raw = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in raw.items()}
     for item in overrides:
         if "=" not in item or "." not in item.split("=", 1)[0]:
-            raise ValueError(f"Override {item!r} must look like section.key=value.")
+            raise ConfigError(f"Override {item!r} must look like section.key=value.")
         path, text = item.split("=", 1)
         section, key = path.split(".", 1)
         raw.setdefault(section, {})
@@ -137,22 +137,22 @@ def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> 
     """Load and validate a YAML config; relative paths inside resolve against its folder."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"Config file not found: {path}")
+        raise ConfigError(f"Config file not found: {path}")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ValueError(f"Config file {path} is not valid YAML{where}: {err}") from None
+        raise ConfigError(f"Config file {path} is not valid YAML{where}: {err}") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ValueError(f"Config file {path} must hold a mapping of sections, got {type(raw).__name__}.")
+        raise ConfigError(f"Config file {path} must hold a mapping of sections, got {type(raw).__name__}.")
     raw = apply_overrides(raw, overrides or [])
     try:
         return config_from_dict(raw, base_dir=path.parent)
     except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
+        raise ConfigError(f"{path}: {err}") from None
 
 
 def save_config(cfg: Config, path: str | os.PathLike) -> None:

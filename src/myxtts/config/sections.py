@@ -11,6 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from myxtts.errors import InputError
+
+
+class ConfigError(InputError):
+    """A config file, key or value that cannot be used: the message names the key path and what to do."""
+
 AUTOTUNE = -1  # value for num_workers / prefetch_buffer_size meaning "let tf.data decide"
 
 # the model's top-level modules (myxtts.model.tts.TTSModel; a test keeps the two in step): what training.freeze names
@@ -274,7 +280,7 @@ class Config:
         """Plain YAML-ready values (tuples as lists)."""
         return {f.name: {key: list(value) if isinstance(value, tuple) else value
                          for key, value in dataclasses.asdict(getattr(self, f.name)).items()}
-                for f in _sections()}
+                for f in config_sections()}
 
     @property
     def init_from(self) -> Path | None:
@@ -330,7 +336,8 @@ MOVED_KEYS: dict[str, str] = {
 }
 
 
-def _sections() -> list[dataclasses.Field]:
+def config_sections() -> list[dataclasses.Field]:
+    """The fields of ``Config`` a config file holds (one per YAML section: audio, data, ...), not the internal ones."""
     return [f for f in dataclasses.fields(Config) if not f.metadata.get("internal")]
 
 

@@ -30,6 +30,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from myxtts.errors import InputError
+
 logger = logging.getLogger(__name__)
 
 TEXT_MULTIPLE = 8  # text bounds are rounded up to this (friendly to matmul tiling)
@@ -207,7 +209,7 @@ def plan_buckets(text_lengths: Sequence[int], mel_lengths: Sequence[int], params
     fits = (text <= params.max_text_length) & (mel <= params.max_mel_frames)
     text, mel = text[fits], mel[fits]
     if mel.size == 0:
-        raise ValueError("No utterance fits data.max_text_length / data.max_mel_frames; raise them "
+        raise InputError("No utterance fits data.max_text_length / data.max_mel_frames; raise them "
                          "(see `myxtts stats`).")
     # candidate mel bounds: multiples of bucket_multiple covering every length, capped at the max
     candidate_of = np.minimum(np.ceil(mel / params.bucket_multiple).astype(np.int64) * params.bucket_multiple,

@@ -45,6 +45,7 @@ import numpy as np
 
 from myxtts.durable import fsync_directory, fsync_file, sha256_file, write_durably
 from myxtts.data.mel_stats import MelStats, MelStatsError
+from myxtts.errors import InputError
 
 MANIFEST_FILE = "manifest.json"
 VOCAB_FILE = "vocab.json"
@@ -58,7 +59,7 @@ UTTERANCE_MAGIC = 0x32545558  # b"XUT2" little-endian (b"XUT1": format 2-4, no F
 HEADER_BYTES = 16
 
 
-class CacheError(ValueError):
+class CacheError(InputError):
     """The cache is missing, incomplete or was computed with other feature parameters."""
 
 

@@ -1,6 +1,7 @@
 """Read a corpus description into entries and rejections; never crash, never drop a line silently.
 
-``vctk`` and ``libritts`` (per-clip text files, as published) live in ``myxtts.data.layouts``.
+``vctk`` and ``libritts`` (per-clip text files, as published) live in ``myxtts.data.layouts``. A corpus that
+cannot be read at all raises ``CorpusError`` (an ``InputError``: the CLI exits 2 naming the path).
 Two line-based layouts here:
 
 - ``ljspeech``: a folder with ``metadata.csv`` (``id|text|normalized``; the normalized column is used
@@ -25,8 +26,8 @@ from typing import Any
 
 from myxtts.config.sections import CorpusSource, default_corpus_name
 from myxtts.data.entries import (DUPLICATE_ID, EMPTY_TEXT, LJSPEECH_SPEAKER, MISSING_FILE, NON_UTF8,  # noqa: F401
-                                 WRONG_FIELD_COUNT, CorpusEntry, CorpusReadResult, Rejection, accept_entry,
-                                 decoded_lines)
+                                 WRONG_FIELD_COUNT, CorpusEntry, CorpusError, CorpusReadResult, Rejection,
+                                 accept_entry, decoded_lines)
 from myxtts.data.layouts import read_commonvoice, read_librispeech, read_libritts, read_vctk
 
 logger = logging.getLogger(__name__)
@@ -36,13 +37,13 @@ FORMATS = ("ljspeech", "list", "vctk", "libritts", "librispeech", "commonvoice")
 
 def read_corpus(path: str | Path, corpus_format: str, language: str = "en", **options: Any) -> CorpusReadResult:
     """Read an ``ljspeech`` folder, a ``list`` file, a ``vctk``, ``libritts`` or ``librispeech`` tree or a
-    ``commonvoice`` folder (``options``: its vote thresholds). Raises ValueError only if ``path`` itself is
+    ``commonvoice`` folder (``options``: its vote thresholds). Raises CorpusError only if ``path`` itself is
     unusable."""
     path = Path(path)
     readers = {"ljspeech": read_ljspeech, "list": read_list, "vctk": read_vctk, "libritts": read_libritts,
                "librispeech": read_librispeech, "commonvoice": read_commonvoice}
     if corpus_format not in readers:
-        raise ValueError(f"Unknown corpus format {corpus_format!r} (data.corpus_format): use "
+        raise CorpusError(f"Unknown corpus format {corpus_format!r} (data.corpus_format): use "
                          f"{', '.join(repr(f) for f in FORMATS)}.")
     return readers[corpus_format](path, language=language, **options)
 
@@ -73,8 +74,8 @@ def read_config_corpus(cfg: Any) -> CorpusReadResult:
                    if source.format == "commonvoice" else {})
         try:
             result = read_corpus(source.path, source.format, source.language, **options)
-        except ValueError as err:  # the reader names data.corpus_path: say which item of data.corpora it is
-            raise ValueError(f"data.corpora[{index}] ({source.name}, format {source.format}): {err}") from None
+        except CorpusError as err:  # the reader names data.corpus_path: say which item of data.corpora it is
+            raise CorpusError(f"data.corpora[{index}] ({source.name}, format {source.format}): {err}") from None
         merged.entries += [dataclasses.replace(entry, id=f"{source.name}/{entry.id}",
                                                speaker=f"{source.name}:{entry.speaker}", corpus=index)
                            for entry in result.entries]
@@ -97,7 +98,7 @@ def _split_fields(file: Path, line_number: int, line: str, counts: tuple[int, in
 def read_ljspeech(folder: Path, language: str = "en") -> CorpusReadResult:
     metadata = folder / "metadata.csv"
     if not metadata.is_file():
-        raise ValueError(f"LJSpeech corpus {folder}: metadata.csv not found (data.corpus_path must be the folder "
+        raise CorpusError(f"LJSpeech corpus {folder}: metadata.csv not found (data.corpus_path must be the folder "
                          "holding metadata.csv and wavs/).")
     result = CorpusReadResult(source=metadata)
     seen: dict[str, int] = {}
@@ -116,7 +117,7 @@ def read_ljspeech(folder: Path, language: str = "en") -> CorpusReadResult:
 
 def read_list(list_file: Path, language: str = "en") -> CorpusReadResult:
     if not list_file.is_file():
-        raise ValueError(f"List corpus {list_file} not found (data.corpus_path must be a 'path|text|speaker"
+        raise CorpusError(f"List corpus {list_file} not found (data.corpus_path must be a 'path|text|speaker"
                          "[|language]' file for data.corpus_format: list).")
     result = CorpusReadResult(source=list_file)
     seen: dict[str, int] = {}

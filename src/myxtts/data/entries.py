@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from myxtts.errors import InputError
+
 # Reason codes of the corpus readers (prepare adds audio / text / duration reasons).
 WRONG_FIELD_COUNT = "wrong_field_count"
 NON_UTF8 = "non_utf8"
@@ -16,6 +18,11 @@ DUPLICATE_ID = "duplicate_id"
 MISSING_FILE = "missing_file"
 
 LJSPEECH_SPEAKER = "ljspeech"
+
+
+class CorpusError(InputError):
+    """A corpus that cannot be read at all: its folder, metadata, list or table file is missing or malformed (a
+    problem of one line or clip is a ``Rejection`` instead)."""
 
 
 @dataclass(frozen=True)

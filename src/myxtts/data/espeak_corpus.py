@@ -33,6 +33,8 @@ from typing import Sequence
 
 import numpy as np
 
+from myxtts.errors import InputError, SetupError
+
 LIST_FILE = "list.txt"
 COMMAND = "corpus espeak"
 _RENDERED_LINE = re.compile(r"wavs/([\w.\-]+)/[^/|]+\.wav\|[^|]*\|\1")  # OUT/list.txt's lines: path|text|voice
@@ -106,11 +108,11 @@ HELD_OUT_VOICES = (
 SAMPLE_RATE = 22050  # espeak-ng's output rate
 
 
-class EspeakMissingError(RuntimeError):
+class EspeakMissingError(SetupError):
     """The bundled espeak-ng library (``espeakng-loader``) cannot be loaded."""
 
 
-class EspeakRenderError(RuntimeError):
+class EspeakRenderError(SetupError):
     """espeak-ng wrote no audio (an unknown voice or variant, a failure of the library)."""
 
 
@@ -164,19 +166,23 @@ def read_transcripts(path: str | os.PathLike) -> list[Sentence]:
     """Sentences of an LJSpeech-style ``id|text|normalized`` file (the normalized text when present)."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"Transcripts file not found: {path} (expected 'id|text|normalized' lines).")
+        raise InputError(f"Transcripts file not found: {path} (expected 'id|text|normalized' lines).")
+    try:
+        content = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not valid UTF-8 at byte {err.start}; re-save the file as UTF-8.") from None
     sentences = []
-    for line_number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for line_number, line in enumerate(content.splitlines(), start=1):
         if not line.strip():
             continue
         fields = line.split("|")
         if len(fields) < 2 or not fields[0].strip():
-            raise ValueError(f"{path}:{line_number}: expected 'id|text|normalized' (or 'id|text'), got {line!r}.")
+            raise InputError(f"{path}:{line_number}: expected 'id|text|normalized' (or 'id|text'), got {line!r}.")
         text = (fields[2] if len(fields) > 2 and fields[2].strip() else fields[1]).strip()
         if text:
             sentences.append(Sentence(fields[0].strip(), text))
     if not sentences:
-        raise ValueError(f"{path} holds no sentence ('id|text|normalized' lines).")
+        raise InputError(f"{path} holds no sentence ('id|text|normalized' lines).")
     return sentences
 
 
@@ -193,7 +199,7 @@ def select_sentences(sentences: Sequence[Sentence], count: int | None, seed: int
     fitting = [s for s in sentences if min_chars <= len(s.text) <= max_chars]
     if count is None or count >= len(fitting):
         if count is not None and count > len(fitting):
-            raise ValueError(f"Asked for {count} sentences but only {len(fitting)} of {len(sentences)} have "
+            raise InputError(f"Asked for {count} sentences but only {len(fitting)} of {len(sentences)} have "
                              f"{min_chars}-{max_chars} characters.")
         return list(fitting)
     chosen = set(random.Random(seed).sample(range(len(fitting)), count))
@@ -247,25 +253,29 @@ def render_corpus(sentences: Sequence[Sentence], voices: Sequence[EspeakVoice] |
     if len({voice.name for voice in voices}) != len(voices):
         raise ValueError(f"Voice names must be unique: {[voice.name for voice in voices]}.")
     if len(sentences) < len(voices):
-        raise ValueError(f"{len(sentences)} sentences cannot give each of {len(voices)} voices a sentence.")
-    ids = [sentence.id for sentence in sentences]
-    if len(set(ids)) != len(ids):
-        raise ValueError("Sentence ids must be unique (they name the wav files).")
+        raise InputError(f"{len(sentences)} sentences cannot give each of {len(voices)} voices a sentence: ask for "
+                         "more sentences or fewer voices.")
+    seen: set[str] = set()
+    for sentence in sentences:
+        if sentence.id in seen:
+            raise InputError(f"Sentence ids must be unique (they name the wav files); {sentence.id!r} is repeated.")
+        seen.add(sentence.id)
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}.")
     for sentence in sentences:
-        if "|" in sentence.text or "\n" in sentence.text or "/" in sentence.id:
-            raise ValueError(f"Sentence {sentence.id!r} cannot go in a list file ('|' or a newline in the text, "
-                             "or '/' in the id).")
+        if "|" in sentence.text or "\n" in sentence.text:
+            raise InputError(f"Sentence {sentence.id!r} cannot go in a list file ('|' or a newline in its text).")
     from myxtts.durable import write_durably
-    from myxtts.outputs import CORPUS, check_corpus_folder, write_marker
+    from myxtts.outputs import CORPUS, check_corpus_folder, path_in_folder, safe_file_name, write_marker
 
     out_dir = Path(out_dir)
     if check_corpus_folder(out_dir, COMMAND, earlier=is_earlier_render):
         out_dir.mkdir(parents=True, exist_ok=True)
         write_marker(out_dir, COMMAND, CORPUS)
     assigned = assign_voices(sentences, voices, seed)
-    targets = [out_dir / "wavs" / voice.name / f"{sentence.id}.wav" for sentence, voice in zip(sentences, assigned)]
+    # a wav named from the sentence id, which the transcripts file chose: made a plain name, kept in its voice folder
+    targets = [path_in_folder(out_dir / "wavs" / voice.name, f"{safe_file_name(sentence.id)}.wav")
+               for sentence, voice in zip(sentences, assigned)]
     for voice in voices:
         (out_dir / "wavs" / voice.name).mkdir(parents=True, exist_ok=True)
     missing = [i for i, target in enumerate(targets) if not (target.is_file() and target.stat().st_size > 44)]

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from myxtts.data.entries import (NON_UTF8, WRONG_FIELD_COUNT, CorpusEntry, CorpusReadResult, Rejection, accept_entry,
-                                 decoded_lines)
+from myxtts.data.entries import (NON_UTF8, WRONG_FIELD_COUNT, CorpusEntry, CorpusError, CorpusReadResult, Rejection,
+                                 accept_entry, decoded_lines)
 
 MISSING_TEXT = "missing_text"
 VOTED_DOWN = "voted_down"
@@ -49,7 +49,7 @@ def read_vctk(root: Path, language: str = "en") -> CorpusReadResult:
     text_dir = root / "txt"
     audio = [(root / folder, suffix) for folder, suffix in VCTK_AUDIO_DIRS if (root / folder).is_dir()]
     if not text_dir.is_dir() or not audio:
-        raise ValueError(f"VCTK corpus {root}: expected txt/ and wav48_silence_trimmed/ (VCTK 0.92) or wav48/ "
+        raise CorpusError(f"VCTK corpus {root}: expected txt/ and wav48_silence_trimmed/ (VCTK 0.92) or wav48/ "
                          "(VCTK 0.80) inside data.corpus_path.")
     audio_dir, suffix = audio[0]
     result = CorpusReadResult(source=text_dir)
@@ -75,7 +75,7 @@ def read_vctk(root: Path, language: str = "en") -> CorpusReadResult:
 
 def read_libritts(root: Path, language: str = "en") -> CorpusReadResult:
     if not root.is_dir():
-        raise ValueError(f"LibriTTS corpus {root} not found (data.corpus_path must be the LibriTTS root or a subset "
+        raise CorpusError(f"LibriTTS corpus {root} not found (data.corpus_path must be the LibriTTS root or a subset "
                          "folder such as train-clean-100).")
     result = CorpusReadResult(source=root)
     seen: dict[str, int] = {}
@@ -85,7 +85,7 @@ def read_libritts(root: Path, language: str = "en") -> CorpusReadResult:
         for text_file in root.rglob(f"*{kind}"):
             texts[text_file.with_name(text_file.name[:-len(kind)])] = text_file
     if not texts:
-        raise ValueError(f"LibriTTS corpus {root}: no <speaker>/<chapter>/*.normalized.txt transcript found.")
+        raise CorpusError(f"LibriTTS corpus {root}: no <speaker>/<chapter>/*.normalized.txt transcript found.")
     for stem in sorted(texts):
         text_file = texts[stem]
         transcribed.add(stem)
@@ -107,11 +107,11 @@ def read_libritts(root: Path, language: str = "en") -> CorpusReadResult:
 
 def read_librispeech(root: Path, language: str = "en") -> CorpusReadResult:
     if not root.is_dir():
-        raise ValueError(f"LibriSpeech corpus {root} not found (data.corpus_path must be the LibriSpeech root or a "
+        raise CorpusError(f"LibriSpeech corpus {root} not found (data.corpus_path must be the LibriSpeech root or a "
                          "subset folder such as train-clean-100).")
     transcripts = sorted(root.rglob("*.trans.txt"))
     if not transcripts:
-        raise ValueError(f"LibriSpeech corpus {root}: no <speaker>/<chapter>/<speaker>-<chapter>.trans.txt found.")
+        raise CorpusError(f"LibriSpeech corpus {root}: no <speaker>/<chapter>/<speaker>-<chapter>.trans.txt found.")
     result = CorpusReadResult(source=root)
     seen: dict[str, int] = {}
     transcribed = set()
@@ -135,7 +135,7 @@ def read_commonvoice(root: Path, language: str = "en", min_up_votes: int = 2,
                      max_down_votes: int = 0) -> CorpusReadResult:
     table = root / "validated.tsv"
     if not table.is_file() or not (root / "clips").is_dir():
-        raise ValueError(f"Common Voice corpus {root}: expected validated.tsv and clips/ inside data.corpus_path "
+        raise CorpusError(f"Common Voice corpus {root}: expected validated.tsv and clips/ inside data.corpus_path "
                          "(the folder of one language of a Common Voice release).")
     result = CorpusReadResult(source=table)
     seen: dict[str, int] = {}
@@ -143,7 +143,7 @@ def read_commonvoice(root: Path, language: str = "en", min_up_votes: int = 2,
     header = next(lines, (1, ""))[1].rstrip("\r").split("\t")
     missing = [column for column in COMMONVOICE_COLUMNS if column not in header]
     if missing:
-        raise ValueError(f"{table}:1: the header names no column {missing[0]!r} (Common Voice's validated.tsv has "
+        raise CorpusError(f"{table}:1: the header names no column {missing[0]!r} (Common Voice's validated.tsv has "
                          f"{', '.join(COMMONVOICE_COLUMNS)}).")
     column = {name: header.index(name) for name in COMMONVOICE_COLUMNS}
     for line_number, line in lines:

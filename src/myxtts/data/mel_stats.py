@@ -24,10 +24,12 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from myxtts.errors import InputError
+
 STD_FLOOR = 1e-2  # log-mel units: a constant (or near-constant) bin is scaled by at most 1 / STD_FLOOR
 
 
-class MelStatsError(ValueError):
+class MelStatsError(InputError):
     """Statistics that are missing or malformed."""
 
 

@@ -72,6 +72,7 @@ from myxtts.data.corpus import corpus_sources
 from myxtts.data.mel_stats import MelStats
 from myxtts.data.sources import (CacheSource, WavSource, pick_reference_row, self_slice, single_clip_rows,
                                  speaker_tables)
+from myxtts.errors import InputError
 
 # The pipeline's functions are plain TF ops with no Python control flow on tensors, so tf.data need not run
 # AutoGraph's source conversion on them (and on everything they call) each time a dataset is built.
@@ -146,7 +147,7 @@ class InputPipeline:
         usable = (self.row_buckets[split_rows] >= 0) & (~alone[split_rows] | sliced)
         self.rows = split_rows[usable]  # [fitting utterances of the split that have a reference]
         if self.rows.size == 0:
-            raise ValueError(f"No {split} utterance fits the bucket plan ({self.plan.describe()}); raise "
+            raise InputError(f"No {split} utterance fits the bucket plan ({self.plan.describe()}); raise "
                              "data.max_text_length / data.max_mel_frames (see `myxtts stats`) or add a second "
                              "clip to single-clip speakers.")
 

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.data.cache import CacheError, FeatureCache, tf_read_utterance
+from myxtts.errors import InputError
 from myxtts.pitch import frames_f0
 
 
@@ -163,7 +164,7 @@ class WavSource:
         for entry in entries:
             info = soundfile.info(str(entry.audio_path))
             if info.samplerate != self.sample_rate:
-                raise ValueError(f"{entry.audio_path}: {info.samplerate} Hz but audio.sample_rate is {self.sample_rate}; "
+                raise InputError(f"{entry.audio_path}: {info.samplerate} Hz but audio.sample_rate is {self.sample_rate}; "
                                  "the TF-native loader cannot resample. Set data.use_tf_native_loading: false "
                                  "to train from the prepared cache (prepare converts every clip).")
             frames.append(self.frontend.num_frames(info.frames))

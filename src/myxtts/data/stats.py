@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from myxtts.data.buckets import TEXT_MULTIPLE, BucketParams, plan_buckets
+from myxtts.errors import InputError
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -43,7 +44,7 @@ def length_stats(text_lengths: Sequence[int], mel_lengths: Sequence[int], params
     text = np.asarray(text_lengths, dtype=np.int64)
     mel = np.asarray(mel_lengths, dtype=np.int64)
     if text.size == 0:
-        raise ValueError("No lengths to analyse (empty corpus or cache).")
+        raise InputError("No lengths to analyse (empty corpus or cache).")
     mel_multiple = math.lcm(params.bucket_multiple, max(reduction_factor, 1))
     suggested = {
         "max_text_length": _round_up(text.max(), TEXT_MULTIPLE),

@@ -31,6 +31,7 @@ import numpy as np
 import soundfile
 
 from myxtts.durable import write_durably
+from myxtts.errors import InputError
 
 MARKER_FILE = "transcribed.json"
 SENTENCE_END = re.compile(r"[.!?]['\")\]]*$")
@@ -153,19 +154,22 @@ def transcribe_recordings(recordings: Sequence[str | Path], out_dir: str | Path,
                           min_seconds: float = 2.0, max_seconds: float = 10.0, min_confidence: float = 0.5,
                           echo: Callable[[str], None] = print) -> TranscribeResult:
     """See the module docstring. ``listener``: a ``WhisperListener``."""
+    from myxtts.outputs import path_in_folder, safe_file_name
+
     if not 0.5 <= min_seconds < max_seconds:
-        raise ValueError(f"--min-seconds ({min_seconds}) must be at least 0.5 and below --max-seconds ({max_seconds}).")
+        raise InputError(f"--min-seconds ({min_seconds}) must be at least 0.5 and below --max-seconds ({max_seconds}).")
     if not re.fullmatch(r"[\w.\-]+", speaker):
-        raise ValueError(f"--speaker {speaker!r}: letters, digits, '.', '-' or '_' only.")
+        raise InputError(f"--speaker {speaker!r}: letters, digits, '.', '-' or '_' only.")
     out_dir = Path(out_dir)
     check_out_dir(out_dir)
     paths = [Path(p) for p in recordings]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
-        raise ValueError(f"Recording not found: {missing[0]}.")
-    stems = [p.stem for p in paths]
-    if len(set(stems)) != len(stems):
-        raise ValueError("Two recordings share a file name; their clips would collide: rename one.")
+        raise InputError(f"Recording not found: {missing[0]}.")
+    # each recording's clips are named from its file name, made a plain name (no space, '|' or ':' in list.txt)
+    stems = {path: safe_file_name(path.stem) for path in paths}
+    if len(set(stems.values())) != len(paths):
+        raise InputError("Two recordings share a file name; their clips would collide: rename one.")
     _remove_earlier_clips(out_dir)
     (out_dir / "wavs").mkdir(parents=True, exist_ok=True)
     write_durably(out_dir / MARKER_FILE, json.dumps({"command": "myxtts corpus transcribe", "model": listener.model_name,
@@ -175,7 +179,7 @@ def transcribe_recordings(recordings: Sequence[str | Path], out_dir: str | Path,
         try:
             audio, rate = soundfile.read(str(path), dtype="float32", always_2d=True)  # [samples, channels]
         except (soundfile.LibsndfileError, RuntimeError) as err:
-            raise ValueError(f"{path}: cannot decode the audio ({err}); convert it to WAV or FLAC.") from None
+            raise InputError(f"{path}: cannot decode the audio ({err}); convert it to WAV or FLAC.") from None
         mono = audio.mean(axis=1) if audio.shape[1] > 1 else audio[:, 0]  # [samples]
         words = listener.transcribe_words(mono, rate)
         duration = mono.size / rate
@@ -188,11 +192,12 @@ def transcribe_recordings(recordings: Sequence[str | Path], out_dir: str | Path,
             if segment.reason:
                 result.rejected.append(segment)
                 continue
-            file = f"wavs/{path.stem}_{number:04d}.wav"
+            target = path_in_folder(out_dir / "wavs", f"{stems[path]}_{number:04d}.wav")
+            file = target.relative_to(out_dir).as_posix()
             piece = mono[int(segment.start * rate):int(np.ceil(segment.end * rate))]
             buffer = io.BytesIO()
             soundfile.write(buffer, piece, rate, format="WAV", subtype="PCM_16")
-            write_durably(out_dir / file, buffer.getvalue())
+            write_durably(target, buffer.getvalue())
             result.kept.append(Segment(**{**segment.__dict__, "file": file}))
     lines = [f"{s.file}|{s.text}|{speaker}" for s in result.kept]
     write_durably(result.list_file, "\n".join(lines) + ("\n" if lines else ""))

@@ -25,11 +25,12 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.data.cache import FeatureCache, audio_file, read_utterance, tf_read_utterance
+from myxtts.errors import InputError
 
 logger = logging.getLogger(__name__)
 
 
-class VocoderDataError(ValueError):
+class VocoderDataError(InputError):
     """The cache cannot feed the vocoder (no audio stored, no clip long enough, another sample rate)."""
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from myxtts.errors import ExpectedError
+
 # Causes, most specific first; `unknown` only when nothing else explains a trace.
 CAUSES = (
     "shape", "rank", "dtype", "python_value", "new_object", "unhashable", "structure", "new_function",
@@ -91,7 +93,7 @@ def _brief(description: Any) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-class RetraceError(RuntimeError):
+class RetraceError(ExpectedError, RuntimeError):
     """Raised in strict mode at the first unexpected trace; the message is the explanation."""
 
     def __init__(self, event: RetraceEvent):

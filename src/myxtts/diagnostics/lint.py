@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 from myxtts.diagnostics.lint_rules import Finding, ModuleLinter
+from myxtts.errors import InputError
 
 RULES = {
     "py-function-in-map": "tf.numpy_function / tf.py_function inside Dataset.map",
@@ -38,7 +39,7 @@ def python_files(paths: list[str | Path]) -> list[Path]:
         elif path.is_file():
             files.append(path)
         else:
-            raise ValueError(f"lint: path not found: {path}")
+            raise InputError(f"lint: path not found: {path}")
     return files
 
 

@@ -25,6 +25,7 @@ from myxtts.diagnostics import pipeline_timing as timing
 from myxtts.diagnostics.dataset_graph import graph_facts, has_final_prefetch, is_transparent, scan_stage, stage_name, stages
 from myxtts.diagnostics.pipeline_advice import (HEALTHY, HIGH_INPUT_BOUND, MODERATE_INPUT_BOUND, NO_REFERENCE,
                                                 Recommendation, StageView, band, bottleneck, recommend)
+from myxtts.errors import InputError
 
 __all__ = ["HIGH_INPUT_BOUND", "MODERATE_INPUT_BOUND", "HEALTHY", "PipelineReport", "Recommendation", "StageTiming",
            "band", "diagnose_dataset", "target_from_flops"]
@@ -102,7 +103,7 @@ class PipelineReport:
 def target_from_flops(model_flops_per_step: float, device_peak_flops: float, utilization: float = 0.4) -> float:
     """Steps/s a device would run at: FLOPs per step over (peak FLOP/s x a realistic utilization)."""
     if model_flops_per_step <= 0 or device_peak_flops <= 0 or not 0 < utilization <= 1:
-        raise ValueError("model FLOPs and device peak must be > 0 and utilization in (0, 1].")
+        raise InputError("model FLOPs and device peak must be > 0 and utilization in (0, 1].")
     return device_peak_flops * utilization / model_flops_per_step
 
 
@@ -166,7 +167,7 @@ def diagnose_dataset(dataset: tf.data.Dataset, consumer: Callable[[Any], Any] | 
     and run in this order on the same dataset; each measurement is a helper.
     """
     if steps < 8:
-        raise ValueError(f"diagnose_dataset: steps must be >= 8 to measure waits, got {steps}.")
+        raise InputError(f"diagnose_dataset: steps must be >= 8 to measure waits, got {steps}.")
     if repeats < 2:
         raise ValueError(f"diagnose_dataset: repeats must be >= 2 to know the run-to-run spread, got {repeats}.")
     del stage_elements

@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from myxtts.config import Config
 from myxtts.diagnostics.retracing_report import ERROR, INFO, WARNING, Finding, RetracingReport, brief
+from myxtts.errors import InputError
 from myxtts.run_dir import RunDir
 
 # ---- check 1: config --------------------------------------------------------------------------------
@@ -231,7 +232,7 @@ def diagnose_retracing(cfg: Config, steps: int = 20, workdir: str | Path | None 
     from myxtts.data.pipeline import InputPipeline
 
     if steps < 1:
-        raise ValueError(f"diagnose retracing: --steps must be >= 1, got {steps}.")
+        raise InputError(f"diagnose retracing: --steps must be >= 1, got {steps}.")
     train = InputPipeline(cfg, "train")  # CacheError (a ValueError) names `myxtts prepare`
     signatures = train.signatures()
     policy = ("fixed padding (data.pad_to_fixed_length: true)" if cfg.data.pad_to_fixed_length

@@ -24,6 +24,7 @@ from typing import Any
 from myxtts.diagnostics.events import RetraceError
 from myxtts.diagnostics.retrace_monitor import RetraceMonitor
 from myxtts.diagnostics.patching import explain_retracing
+from myxtts.errors import InputError
 
 
 @dataclass
@@ -40,21 +41,21 @@ class RunResult:
 def _parse_command(command: list[str]) -> tuple[str, str, list[str]]:
     """-> (kind 'path' | 'module', target, argv) from `python script.py ...`, `script.py ...`, `python -m m`."""
     if not command:
-        raise ValueError("explain-retracing needs a command, e.g. `myxtts explain-retracing -- python train.py`.")
+        raise InputError("explain-retracing needs a command, e.g. `myxtts explain-retracing -- python train.py`.")
     parts = list(command)
     if Path(parts[0]).name.startswith("python"):
         parts = parts[1:]
         while parts and parts[0].startswith("-") and parts[0] != "-m":
             parts = parts[1:]  # interpreter flags such as -u have no meaning in-process
     if not parts:
-        raise ValueError(f"No script in command {' '.join(command)!r}.")
+        raise InputError(f"No script in command {' '.join(command)!r}.")
     if parts[0] == "-m":
         if len(parts) < 2:
-            raise ValueError("`python -m` needs a module name.")
+            raise InputError("`python -m` needs a module name.")
         return "module", parts[1], [parts[1]] + parts[2:]
     script = parts[0]
     if not Path(script).is_file():
-        raise ValueError(f"Script not found: {script}")
+        raise InputError(f"Script not found: {script}")
     return "path", script, parts
 
 

@@ -32,6 +32,7 @@ import tensorflow as tf
 from myxtts.audio import load_audio
 from myxtts.config import Config
 from myxtts.data.corpus import CorpusEntry, read_config_corpus, read_corpus
+from myxtts.errors import InputError
 from myxtts.evaluation.metrics import attention_diagonality, focus_rate, mel_cepstral_distortion
 from myxtts.machine import machine
 from myxtts.synthesis.synthesizer import Synthesizer
@@ -47,12 +48,13 @@ def corpus_entries(cfg: Config, data: str | os.PathLike | None) -> tuple[list[Co
     if data is not None:
         path = Path(data)
         if not path.exists():
-            raise ValueError(f"Evaluation data not found: {path}")
+            raise InputError(f"Evaluation data not found: {path} (--data: a corpus folder or a list file).")
         corpus_format = "ljspeech" if path.is_dir() else "list"
-        entries = read_corpus(path, corpus_format, cfg.data.language).entries
-        if not entries:
-            raise ValueError(f"No usable clip in {path} (format {corpus_format}).")
-        return entries, entries, f"corpus {path}"
+        read = read_corpus(path, corpus_format, cfg.data.language)
+        if not read.entries:
+            first = f"; the first line refused: {read.rejections[0].message}" if read.rejections else "."
+            raise InputError(f"No usable clip in {path} (format {corpus_format}){first}")
+        return read.entries, read.entries, f"corpus {path}"
     from myxtts.data.cache import read_manifest
     from myxtts.data.splits import validation_ids
 
@@ -66,7 +68,7 @@ def corpus_entries(cfg: Config, data: str | os.PathLike | None) -> tuple[list[Co
         source = f"validation ids (data.validation_size={cfg.data.validation_size}) of {cfg.corpus_path}"
     selected = [e for e in entries if e.id in held_out]
     if not selected:
-        raise ValueError(f"The run has no held-out clips ({source}); pass --data CORPUS.")
+        raise InputError(f"The run has no held-out clips ({source}); pass --data CORPUS.")
     return selected, entries, source
 
 
@@ -129,15 +131,22 @@ def evaluate(synthesizer: Synthesizer, entries: list[CorpusEntry], pool: list[Co
                 "real_time_factor": compute_seconds / max(seconds, 1e-9), "seconds": seconds,
                 **teacher_forced_fit(forced, real_mel), **pitch_fit(forced, synthesizer.model.pitch_variation)}
         if plots_dir is not None:
-            folder = Path(plots_dir)
             item["plots"] = [
-                str(plot_mel_comparison(folder / f"{entry.id}_mel.png", real_mel, result.mel, entry.text)),
-                str(plot_alignment(folder / f"{entry.id}_alignment.png", result.alignment,
+                str(plot_mel_comparison(plot_path(plots_dir, entry.id, "mel"), real_mel, result.mel, entry.text)),
+                str(plot_alignment(plot_path(plots_dir, entry.id, "alignment"), result.alignment,
                                    f"predicted durations: {entry.text}")),
-                str(plot_mel_comparison(folder / f"{entry.id}_teacher_forced_mel.png", real_mel, forced.mel,
+                str(plot_mel_comparison(plot_path(plots_dir, entry.id, "teacher_forced_mel"), real_mel, forced.mel,
                                         entry.text, "teacher-forced"))]
         items.append(item)
     return items
+
+
+def plot_path(plots_dir: str | os.PathLike, utterance_id: str, kind: str) -> Path:
+    """Where the ``kind`` plot of a clip goes: ``PLOTS/<safe id>_<kind>.png``, inside ``plots_dir`` whatever the id
+    (a list corpus' id is its path as written, ``../x.wav`` or ``/abs/x.wav`` too)."""
+    from myxtts.outputs import path_in_folder, safe_file_name
+
+    return path_in_folder(plots_dir, f"{safe_file_name(utterance_id)}_{kind}.png")
 
 
 def summarize(items: list[dict[str, Any]]) -> dict[str, float]:

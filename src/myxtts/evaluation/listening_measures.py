@@ -22,6 +22,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import soxr
 
+from myxtts.errors import SetupError
 from myxtts.text import normalize_text
 
 RECOGNIZER_RATE = 16000  # pocketsphinx's en-US acoustic model is trained on 16 kHz audio
@@ -41,7 +42,7 @@ def _decoder():
     try:
         from pocketsphinx import Decoder
     except ImportError as err:
-        raise RuntimeError("Speech recognition needs pocketsphinx: install the 'listen' extra "
+        raise SetupError("Speech recognition needs pocketsphinx: install the 'listen' extra "
                            "(pip install 'myxtts[listen]', or pip install 'pocketsphinx>=5').") from err
     return Decoder(loglevel="FATAL")
 

@@ -17,6 +17,8 @@ from typing import Sequence
 import numpy as np
 import soxr
 
+from myxtts.errors import SetupError
+
 SPEAKER_ENCODER_RATE = 16000  # Resemblyzer's GE2E encoder: 40-band mels of 16 kHz audio
 _MIN_VOICE_SAMPLES = SPEAKER_ENCODER_RATE // 10  # 0.1 s
 _JUDGE_INSTALL = ("Speaker similarity needs Resemblyzer (a pretrained GE2E speaker encoder whose weights ship in "
@@ -41,7 +43,7 @@ def _speaker_encoder():
             warnings.simplefilter("ignore")
             from resemblyzer import VoiceEncoder, normalize_volume, preprocess_wav
     except ImportError as err:
-        raise RuntimeError(f"{_JUDGE_INSTALL} (import failed: {err})") from err
+        raise SetupError(f"{_JUDGE_INSTALL} (import failed: {err})") from err
     return VoiceEncoder(device="cpu", verbose=False), preprocess_wav, normalize_volume
 
 

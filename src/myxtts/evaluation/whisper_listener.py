@@ -23,6 +23,7 @@ from typing import Sequence
 import numpy as np
 import soxr
 
+from myxtts.errors import SetupError
 from myxtts.evaluation.listening_measures import corpus_character_error_rate, edit_distance, normalize_for_cer
 
 WHISPER_RATE = 16000
@@ -30,7 +31,7 @@ DEFAULT_MODEL = "tiny.en"  # what the tests and benchmarks use: small and fast o
 MODEL_ENV = "MYXTTS_WHISPER_MODEL"
 
 
-class WhisperError(RuntimeError):
+class WhisperError(SetupError):
     """faster-whisper is not installed, or the model cannot be loaded."""
 
 

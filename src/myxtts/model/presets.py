@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from myxtts.config import ModelConfig
+from myxtts.errors import InputError
 
 # Values per preset. `tiny` (< 2M parameters) trains on 2 CPU cores in minutes; `small` and `base`
 # are GPU sizes.
@@ -55,9 +56,9 @@ class ModelDims:
 
 
 def resolve_dims(model_cfg: ModelConfig, vocab_size: int, n_mels: int) -> ModelDims:
-    """Apply the preset, then every explicit `model.*` key; raise ValueError on inconsistent sizes."""
+    """Apply the preset, then every explicit `model.*` key; raise InputError on inconsistent sizes."""
     if model_cfg.preset not in PRESETS:
-        raise ValueError(f"Config key 'model.preset': unknown preset {model_cfg.preset!r}; "
+        raise InputError(f"Config key 'model.preset': unknown preset {model_cfg.preset!r}; "
                          f"choose one of {sorted(PRESETS)}.")
     values = dict(PRESETS[model_cfg.preset])
     for key in values:
@@ -65,7 +66,7 @@ def resolve_dims(model_cfg: ModelConfig, vocab_size: int, n_mels: int) -> ModelD
         if explicit is not None:
             values[key] = explicit
     if values["d_model"] % values["num_heads"]:
-        raise ValueError(f"Config keys 'model.d_model' ({values['d_model']}) must be divisible by "
+        raise InputError(f"Config keys 'model.d_model' ({values['d_model']}) must be divisible by "
                          f"'model.num_heads' ({values['num_heads']}).")
     if vocab_size < 3:
         raise ValueError(f"vocab_size must be >= 3 (pad, bos, eos), got {vocab_size}.")

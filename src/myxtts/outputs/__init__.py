@@ -20,7 +20,9 @@ Who asks (``rules``): ``pack`` / ``export`` (``check_output_folder``), the insta
 ``check_outside_acoustic_run``, ``check_replaceable_run``), ``prepare`` (``check_cache_dir``), ``corpus espeak`` /
 ``corpus transcribe`` (``check_corpus_folder``); ``evaluate --json`` / ``synthesize --out`` (``files``:
 ``check_output_file``). What they judge by: ``markers``. How the writers then write, whole or not at all:
-``staging``. Every name is importable from ``myxtts.outputs``.
+``staging``. A file named from data (a corpus id: ``evaluate --plots``, ``corpus espeak``, ``corpus transcribe``)
+takes ``names.safe_file_name`` and is written at ``names.path_in_folder``, never outside its folder. Every name is
+importable from ``myxtts.outputs``.
 """
 
 from myxtts.outputs.files import FILE_MARK_KEY, MARK_PREFIX, check_output_file, file_made_by
@@ -28,6 +30,7 @@ from myxtts.outputs.markers import (CACHE, CORPUS, EXPORT, KINDS, LAYOUTS, MARKE
                                     PACKED_VOCODER, RUN, RUN_LAYOUT, TRAINING_RUNS, VOCODER_RUN, Maker,
                                     OutputRefused, describe_writer, folder_kind, made_by, read_marker, unknown_files,
                                     write_marker)
+from myxtts.outputs.names import path_in_folder, safe_file_name
 from myxtts.outputs.rules import (check_cache_dir, check_corpus_folder, check_outside_acoustic_run,
                                   check_output_folder, check_own_vocoder_slot, check_replaceable_run, check_workdir)
 from myxtts.outputs.staging import discard, put_back, set_aside, write_file_atomically, write_staged
@@ -36,5 +39,6 @@ __all__ = ["CACHE", "CORPUS", "EXPORT", "FILE_MARK_KEY", "KINDS", "LAYOUTS", "MA
            "PACKED_MODEL", "PACKED_VOCODER", "RUN", "RUN_LAYOUT", "TRAINING_RUNS", "VOCODER_RUN", "Maker",
            "OutputRefused", "check_cache_dir", "check_corpus_folder", "check_output_file", "check_output_folder",
            "check_outside_acoustic_run", "check_own_vocoder_slot", "check_replaceable_run", "check_workdir",
-           "describe_writer", "discard", "file_made_by", "folder_kind", "made_by", "put_back", "read_marker",
-           "set_aside", "unknown_files", "write_file_atomically", "write_marker", "write_staged"]
+           "describe_writer", "discard", "file_made_by", "folder_kind", "made_by", "path_in_folder", "put_back",
+           "read_marker", "safe_file_name", "set_aside", "unknown_files", "write_file_atomically", "write_marker",
+           "write_staged"]

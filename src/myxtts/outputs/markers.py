@@ -12,6 +12,7 @@ from pathlib import Path
 from myxtts.data.cache import MANIFEST_FILE
 from myxtts.durable import write_durably
 from myxtts.data.journal import JOURNAL_FILE
+from myxtts.errors import InputError
 from myxtts.run_dir import RunDir
 
 MARKER = ".myxtts.json"
@@ -51,7 +52,7 @@ RUN_LAYOUT = (*_RUN_FILES, *(f"{name}.tmp" for name in _RUN_FILES), RunDir.OWN_V
                                              RunDir.OWN_VOCODER, "worker-*-scratch")))
 
 
-class OutputRefused(ValueError):
+class OutputRefused(InputError):
     """A path a command must not write: it would destroy something that command did not make."""
 
 

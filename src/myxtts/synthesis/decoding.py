@@ -27,13 +27,14 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+from myxtts.errors import InputError
 from myxtts.diagnostics.tf_warning import first_trace_expected
 from myxtts.model.durations import durations_from_log
 
 MEL_BUCKET_MULTIPLE = 128  # frames; coarser than TEACHER_FORCED_FRAME_MULTIPLE: every bucket is warmed up
 
 
-class SynthesisLengthError(ValueError):
+class SynthesisLengthError(InputError):
     """Predicted durations that do not fit the largest mel bucket (data.max_mel_frames)."""
 
 

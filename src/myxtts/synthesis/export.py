@@ -6,7 +6,7 @@ length, nothing traces when serving):
     speaker_embedding(waveform float32 [1, samples] at the model's sample rate) -> embedding float32 [1, K, d]
         the log mel of the clip (the training front-end), normalised with the run's mel statistics, its middle
         ``data.reference_frames`` frames (zero-padded when shorter), through the conditioning encoder: the
-        same steps as ``Synthesizer.reference_mel`` + ``encode_reference``.
+        same steps as ``SynthesisEngine.reference_mel`` + ``encode_reference``.
     synthesize(token_ids int32 [1, tokens], embedding float32 [1, K, d], speed float32 []) -> waveform float32
         [1, samples]: text encoder, duration predictor (durations divided by ``speed``), length regulator,
         decoder and postnet, denormalised, then the vocoder (Griffin-Lim, or the neural vocoder given to
@@ -85,10 +85,10 @@ class ExportedSynthesizer(tf.Module):
         check = tf.debugging.assert_greater(tf.shape(waveform)[1], self.n_fft,
                                             message="the reference waveform is too short")
         with tf.control_dependencies([check]):
-            mel = self.frontend._single(waveform[0])  # [frames, n_mels] log mel
+            mel = self.frontend.single_log_mel(waveform[0])  # [frames, n_mels] log mel
         mel = (mel - self.mel_mean) / self.mel_std
         frames = tf.shape(mel)[0]
-        start = tf.maximum((frames - self.reference_frames) // 2, 0)  # the middle, as Synthesizer.reference_mel
+        start = tf.maximum((frames - self.reference_frames) // 2, 0)  # the middle, as SynthesisEngine.reference_mel
         crop = mel[start:start + self.reference_frames]
         length = tf.shape(crop)[0]
         padded = tf.pad(crop, [[0, self.reference_frames - length], [0, 0]])  # [reference_frames, n_mels]
@@ -124,10 +124,8 @@ class ExportedSynthesizer(tf.Module):
         log_mel = mel[0, :frames] * self.mel_std + self.mel_mean  # [frames, n_mels]: the real log mel
         if self.mel_sharpening > 0:  # model.mel_sharpening, as Synthesizer applies it
             log_mel = sharpen_across_bins(log_mel, self.mel_sharpening)
-        vocoder = self._vocoder.value
-        if isinstance(vocoder, NeuralVocoder):
-            return {"waveform": vocoder.waveform(log_mel[None])}  # [1, (frames - 1) * hop]
-        return {"waveform": vocoder._invert(log_mel[None])}  # [1, (frames - 1) * hop]
+        # both vocoders' batched graph code (GriffinLim.waveform, NeuralVocoder.waveform), traced into this graph
+        return {"waveform": self._vocoder.value.waveform(log_mel[None])}  # [1, (frames - 1) * hop]
 
 
 def export_run(run_dir: str | Path, out_dir: str | Path, config: str | Path | None = None,

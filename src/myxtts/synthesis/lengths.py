@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from myxtts.errors import InputError
 from myxtts.config import Config
 
 DEFAULT_TYPICAL_FRAMES_PER_TOKEN = 5.2  # the median of the bundled clips (characters at hop 256)
@@ -21,7 +22,7 @@ PIECE_MARGIN = 1.3  # a split text's piece may take this much more than the typi
 TEXT_BUCKET_MULTIPLE = 32
 
 
-class TextTooLongError(ValueError):
+class TextTooLongError(InputError):
     """A text with more tokens than the largest bucket (data.max_text_length)."""
 
 

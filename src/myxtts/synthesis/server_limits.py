@@ -8,7 +8,7 @@
                             before anything is parsed
     body_timeout            seconds a client may take to send its whole body: 408 after that
     max_characters          input characters per request: 400
-    max_pieces              pieces (``Synthesizer.split``) per request: 400 (one short sentence per piece would
+    max_pieces              pieces (``SynthesisEngine.split``) per request: 400 (one short sentence per piece would
                             otherwise let a 4 KB request queue a thousand decodes)
     max_requests_in_flight  requests accepted and not yet finished: 429 with Retry-After beyond it
     max_queued_pieces       pieces accepted and not yet delivered (pending, decoding, vocoding): 429 with
@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+
+from myxtts.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -43,14 +45,14 @@ class ServerLimits:
         for name in ("max_body_bytes", "max_characters", "max_pieces", "max_requests_in_flight",
                      "max_queued_pieces", "max_connections"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"Server limit {name} must be a positive whole number, got {getattr(self, name)!r}.")
+                raise InputError(f"Server limit {name} must be a positive whole number, got {getattr(self, name)!r}.")
         for name in ("header_timeout", "body_timeout", "send_timeout"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"Server limit {name} must be a positive number of seconds, got {value!r}.")
+                raise InputError(f"Server limit {name} must be a positive number of seconds, got {value!r}.")
         if self.max_pieces > self.max_queued_pieces:
             # a request the size of max_pieces would be refused with 429 forever, even on an idle server
-            raise ValueError(f"max_pieces ({self.max_pieces}) must not exceed max_queued_pieces "
+            raise InputError(f"max_pieces ({self.max_pieces}) must not exceed max_queued_pieces "
                              f"({self.max_queued_pieces}).")
 
     def as_dict(self) -> dict:

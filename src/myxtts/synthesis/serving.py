@@ -1,13 +1,13 @@
 """The serving engine: many requests' sentences batched into the synthesizer's compiled calls, streamed in order.
 
-A request's text is split into pieces (``Synthesizer._split``) and its pieces join one queue shared by all requests.
-One engine thread owns the decoder: it takes up to ``batch_size`` queued pieces (whoever they belong to, each with
-its own voice and speed) in priority order (``_priority``) and decodes them in one compiled call per bucket
-(``_decode_tokens``: every function was traced at start-up by ``warm_up``) at the smallest compiled batch size that
-holds them (``batch_sizes``: ``batch_size`` and the smaller sizes given, so that under light load a lone piece is
-not decoded as a full batch of padding) and puts each piece's mel on the vocoder queue, which ``vocoder_threads``
-threads take in the same priority order (TF ops release the GIL: the next batch decodes while the last is vocoded,
-on the other core); each delivers its audio to its request's stream
+A request's text is split into pieces (``SynthesisEngine.split``: ``synthesizer.engine``) and its pieces join one
+queue shared by all requests. One engine thread owns the decoder: it takes up to ``batch_size`` queued pieces (whoever
+they belong to, each with its own voice and speed) in priority order (``_priority``) and decodes them in one compiled
+call per bucket (``SynthesisEngine.decode_tokens``: every function was traced at start-up by ``warm_up``) at the
+smallest compiled batch size that holds them (``batch_sizes``: ``batch_size`` and the smaller sizes given, so that
+under light load a lone piece is not decoded as a full batch of padding) and puts each piece's mel on the vocoder
+queue, which ``vocoder_threads`` threads take in the same priority order (TF ops release the GIL: the next batch
+decodes while the last is vocoded, on the other core); each delivers its audio to its request's stream
 (``speech_stream.py``: the stream yields pieces in order, each followed by its pause, as 16-bit PCM).
 
 The vocoder queue is bounded: a batch is decoded only while fewer than ``batch_size`` decoded pieces wait there,
@@ -217,8 +217,8 @@ class SpeechEngine:
         scale = 1.0 / speed
         with self._text_lock:
             try:
-                pieces = self.synthesizer._split(text, length_scale=scale)
-                tokens = [np.asarray(t, np.int32) for t in self.synthesizer._encode([p.text for p in pieces])]
+                pieces = self.synthesizer.engine.split(text, length_scale=scale)
+                tokens = self.synthesizer.engine.encode([piece.text for piece in pieces])  # [tokens] int32 each
             except (TextError, UnsplittableTextError, TextTooLongError) as err:
                 raise SpeechRequestError(f"The input cannot be spoken: {err}", "input") from None
         if len(pieces) > self.limits.max_pieces:
@@ -351,7 +351,7 @@ class SpeechEngine:
             started = time.perf_counter()
             rows = min(size for size in self.batch_sizes if size >= len(batch))  # the smallest compiled that holds it
             try:
-                results = self.synthesizer._decode_tokens(
+                results = self.synthesizer.engine.decode_tokens(
                     [piece.tokens for piece in batch], [piece.voice.latents for piece in batch],
                     batch_size=rows, length_scales=[piece.scale for piece in batch])
             except Exception as err:  # noqa: BLE001  one bad batch fails its requests, never the engine

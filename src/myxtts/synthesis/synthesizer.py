@@ -9,62 +9,49 @@ The public surface is two entries and what they need:
 - ``from_run`` / ``from_checkpoint`` to build one, ``voice`` for a speaker's latents, ``warm_up``,
   ``tracing_count`` and ``describe``.
 
-The server's engine (``synthesis.serving``) batches pieces of many requests itself, so it uses the token-level
-steps below them (``_split``, ``_encode``, ``_decode_tokens``); so does the trainer's listener, which holds tokens
-and reference mels from the feature cache. They are private: their signatures follow those two users.
+They compose the steps of ``synthesizer.engine`` (a ``SynthesisEngine``, ``synthesis.engine``: encode, split,
+reference mels, latents, decode tokens, vocode), which the server's engine (``synthesis.serving``), the trainer's
+listener and teacher forcing call directly. What the engine holds (``cfg``, ``model``, ``vocoder``, ``decoder``, ...)
+reads and assigns through the synthesizer as its own attributes.
 
-The model reads and writes normalised log mels (``myxtts.data.mel_stats``: per-bin ``(log_mel - mean) / std``
-of the training data, the run's ``mel_stats.json``). ``voice`` turns one or several clips of a speaker into the
-conditioning encoder's latents, averaged over the clips; ``SynthesisResult.mel`` is the denormalised, real log mel
-(what the vocoder, the plots and the metrics take).
+``voice`` turns one or several clips of a speaker into the conditioning encoder's latents, averaged over the clips;
+``SynthesisResult.mel`` is the denormalised, real log mel (what the vocoder, the plots and the metrics take).
 """
 
 from __future__ import annotations
 
+import copy
 import os
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from myxtts.audio import MelFrontend, load_audio, sharpen_across_bins
 from myxtts.config import Config
-from myxtts.data.language import run_text_processor
-from myxtts.data.mel_stats import MelStats, reference_crop, reference_windows
+from myxtts.data.mel_stats import MelStats
 from myxtts.model import TTSModel
-from myxtts.synthesis.decoding import CompiledDecoder
-from myxtts.synthesis.lengths import LengthPolicy
 from myxtts.run_dir import find_mel_stats, latest_checkpoint, load_run_mel_stats
+from myxtts.synthesis.engine import References, SynthesisEngine, SynthesisResult
+from myxtts.synthesis.lengths import LengthPolicy
 from myxtts.synthesis.loading import load_model_from_checkpoint, load_model_from_run
-from myxtts.synthesis.text_split import TextPiece, split_text
-from myxtts.text import PAD_ID, TextError, Vocabulary
-from myxtts.vocoder import GriffinLim, Vocoder
-
-Reference = "str | os.PathLike | np.ndarray"  # a clip's path (any audio format) or a waveform at audio.sample_rate
-References = "Reference | Sequence[Reference]"  # one clip, or several clips of one voice (their latents averaged)
+from myxtts.synthesis.text_split import TextPiece
+from myxtts.text import Vocabulary
+from myxtts.vocoder import Vocoder
 
 
-@dataclass
-class SynthesisResult:
-    """One synthesized utterance, kept for inspection."""
+class _EngineAttribute:
+    """A ``Synthesizer`` attribute whose one home is its engine: read there, and assigned there
+    (``synthesizer.vocoder = ...`` replaces the vocoder the engine vocodes with)."""
 
-    text: str
-    tokens: np.ndarray  # [tokens] int32 (bos + ids + eos)
-    mel: np.ndarray  # [frames, n_mels] log mel after the postnet (true length), denormalised: a real log mel
-    alignment: np.ndarray  # [frames, tokens] 0/1: the frames each token got from the predicted durations
-    durations: np.ndarray  # [tokens] int32 frames per token (their sum may exceed frames: see ended_by)
-    ended_by: str  # "durations" (their sum), or "maximum length" (cut at data.max_mel_frames, truncate_long)
-    waveform: np.ndarray | None = None  # [samples] float32
-    decode_seconds: float = 0.0  # share of the batch's compiled decoding time
-    vocoder_seconds: float = 0.0
-    text_bucket: int = 0
-    extra: dict = field(default_factory=dict)
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
 
-    @property
-    def frames(self) -> int:
-        return int(self.mel.shape[0])
+    def __get__(self, synthesizer: "Synthesizer | None", owner: type | None = None) -> Any:
+        return self if synthesizer is None else getattr(synthesizer.engine, self.name)
+
+    def __set__(self, synthesizer: "Synthesizer", value: Any) -> None:
+        setattr(synthesizer.engine, self.name, value)
 
 
 class Synthesizer:
@@ -73,6 +60,22 @@ class Synthesizer:
     The decoder is compiled once per (batch size, text bucket) and reused; ``tracing_count()`` reports
     how many graphs were traced so far.
     """
+
+    # what other code reads (and evaluate assigns: vocoder) on a synthesizer, held by its engine (SynthesisEngine)
+    cfg = _EngineAttribute()
+    model = _EngineAttribute()
+    vocabulary = _EngineAttribute()
+    mel_stats = _EngineAttribute()
+    text_processor = _EngineAttribute()
+    frontend = _EngineAttribute()
+    vocoder = _EngineAttribute()
+    lengths = _EngineAttribute()
+    decoder = _EngineAttribute()
+    batch_size = _EngineAttribute()
+    sample_rate = _EngineAttribute()
+    length_scale = _EngineAttribute()
+    mel_sharpening = _EngineAttribute()
+    truncate_long = _EngineAttribute()  # True: speech predicted past data.max_mel_frames is cut there
 
     def __init__(self, cfg: Config, model: TTSModel, vocabulary: Vocabulary, vocoder: Vocoder | None = None,
                  length_policy: LengthPolicy | None = None, batch_size: int = 1,
@@ -84,25 +87,17 @@ class Synthesizer:
         ``length_scale``: the predicted durations are multiplied by it (> 1: slower speech; the CLI's ``--speed``
         is its inverse). ``mel_stats``: the normalisation the model was trained with (``from_run`` /
         ``from_checkpoint`` load the run's); None only for a model trained on raw log mels (identity)."""
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-        self.cfg, self.model, self.vocabulary = cfg, model, vocabulary
-        self.mel_stats = mel_stats if mel_stats is not None else MelStats.identity(cfg.audio.n_mels)
-        if self.mel_stats.n_mels != cfg.audio.n_mels:
-            raise ValueError(f"mel_stats has {self.mel_stats.n_mels} bins but audio.n_mels is {cfg.audio.n_mels}.")
-        self.text_processor = run_text_processor(cfg, vocabulary)  # data.language's cleaner / voice, as prepare
-        self.frontend = MelFrontend(cfg.audio)
-        self.vocoder = vocoder if vocoder is not None else GriffinLim(cfg.audio)
-        self.lengths = length_policy if length_policy is not None else LengthPolicy.from_config(cfg)
-        self.batch_size = batch_size
-        self.sample_rate = cfg.audio.sample_rate
-        self.length_scale = float(length_scale)
-        self.mel_sharpening = float(cfg.model.mel_sharpening)  # applied to every decoded mel (_decode_tokens)
-        # both decoders take their length from the predicted durations: one duration function per text bucket,
-        # one decode function per mel bucket (the autoregressive one runs its steps inside it)
-        self.decoder = CompiledDecoder(model, cfg.data.max_text_length, cfg.data.max_mel_frames,
-                                       cfg.data.reference_frames, length_scale, truncate=truncate_long)
+        self.engine = SynthesisEngine(cfg, model, vocabulary, vocoder, length_policy, batch_size, mel_stats,
+                                      length_scale, truncate_long)
         self.checkpoint: str | None = None
+
+    def __copy__(self) -> "Synthesizer":
+        """A shallow copy whose attributes are its own (``copy.copy(s).mel_sharpening = 0.5`` leaves ``s`` as it was):
+        a shallow copy of the engine too, the model, compiled decoder and vocoder shared."""
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        twin.engine = copy.copy(self.engine)
+        return twin
 
     # ---- construction ---------------------------------------------------------------------------
     @classmethod
@@ -128,15 +123,6 @@ class Synthesizer:
         synthesizer.checkpoint = str(checkpoint)
         return synthesizer
 
-    @property
-    def truncate_long(self) -> bool:
-        """True: speech predicted past ``data.max_mel_frames`` is cut there (``ended_by`` "maximum length")."""
-        return self.decoder.truncate
-
-    @truncate_long.setter
-    def truncate_long(self, value: bool) -> None:
-        self.decoder.truncate = bool(value)
-
     # ---- the public entries -----------------------------------------------------------------------
     def synthesize(self, texts: "str | Sequence[str]", reference: "References | None" = None, *,
                    voices: Sequence[np.ndarray] | None = None, batch_size: int | None = None,
@@ -157,13 +143,13 @@ class Synthesizer:
                              "and not neither.")
         if voices is not None and len(voices) != len(texts):
             raise ValueError(f"{len(voices)} voices for {len(texts)} texts: give one per text.")
-        token_lists = self._encode(texts)
+        token_lists = self.engine.encode(texts)
         if voices is None:
             voices = [self.voice(reference)] * len(texts)
-        results = self._decode_tokens(token_lists, list(voices), batch_size=batch_size, texts=texts)
+        results = self.engine.decode_tokens(token_lists, list(voices), batch_size=batch_size, texts=texts)
         if vocode:
             for result in results:
-                self._vocode(result)
+                self.engine.vocode(result)
         return results
 
     def synthesize_long(self, texts: "str | Sequence[str]", reference: References,
@@ -171,9 +157,10 @@ class Synthesizer:
         """Texts of any length (a str is one text) -> one ``LongSynthesis`` each: every text is split into pieces
         that each fit one compiled call (``synthesis.text_split``), the pieces of all texts share the batches
         (sorted by length; no new trace), and each text's pieces are joined in order with the pause each ends
-        with. A piece the model cannot say is a ``TextError`` naming it (see ``_split``), never dropped."""
+        with. A piece the model cannot say is a ``TextError`` naming it (see ``SynthesisEngine.split``), never
+        dropped."""
         texts = [texts] if isinstance(texts, str) else list(texts)
-        split = [self._split(text) for text in texts]
+        split = [self.engine.split(text) for text in texts]
         flat = [piece.text for pieces in split for piece in pieces]
         results = iter(self.synthesize(flat, reference, batch_size=batch_size))
         documents = []
@@ -195,8 +182,8 @@ class Synthesizer:
         clips = list(references) if isinstance(references, (list, tuple)) else [references]
         if not clips:
             raise ValueError("No reference clip: pass at least one.")
-        mels = [window for clip in clips for window in self._reference_windows(clip)]
-        return self._latents_of([mel for mel, _ in mels], [length for _, length in mels]).mean(axis=0)
+        mels = [window for clip in clips for window in self.engine.reference_windows(clip)]
+        return self.engine.latents([mel for mel, _ in mels], [length for _, length in mels]).mean(axis=0)  # [K, d]
 
     def warm_up(self, num_tokens: int | None = None, batch_size: int | None = None) -> None:
         """Trace and run once the compiled functions synthesis can use, so no later call traces and timings
@@ -214,136 +201,6 @@ class Synthesizer:
                 "reference_frames": self.cfg.data.reference_frames, "lengths": self.lengths.to_dict(),
                 "mel_sharpening": self.mel_sharpening, "compiled_shapes": [list(key) for key in self.decoder.functions]}
 
-    # ---- the steps below them (the server's engine and the trainer's listener use these) ----------------
-    def _reference_mel(self, reference: Reference) -> tuple[np.ndarray, int]:
-        """A reference clip (path in any format, or a waveform at the configured rate) -> the normalised
-        conditioning mel ``[data.reference_frames, n_mels]`` (centre crop, or zero padding after normalising, as
-        the pipeline) and its true length."""
-        waveform = self._reference_waveform(reference)
-        return reference_crop(self.frontend(waveform).numpy(), self.cfg.data.reference_frames, self.mel_stats)
-
-    def _reference_windows(self, reference: Reference) -> list[tuple[np.ndarray, int]]:
-        """A reference clip -> its normalised conditioning windows (``model.reference_windows``), each
-        ``[data.reference_frames, n_mels]`` with its true length."""
-        waveform = self._reference_waveform(reference)
-        return reference_windows(self.frontend(waveform).numpy(), self.cfg.data.reference_frames, self.mel_stats,
-                                 self.cfg.model.reference_windows)
-
-    def _reference_waveform(self, reference: Reference) -> np.ndarray:
-        if isinstance(reference, (str, os.PathLike)):
-            return load_audio(reference, self.sample_rate)  # raises AudioError naming the file
-        waveform = np.asarray(reference, dtype=np.float32)
-        if waveform.ndim != 1 or waveform.size == 0 or not np.all(np.isfinite(waveform)):
-            raise ValueError("A reference waveform must be a non-empty finite 1-D float array at "
-                             f"audio.sample_rate ({self.sample_rate} Hz).")
-        return waveform
-
-    def _latents_of(self, reference_mels: Sequence[np.ndarray], reference_lengths: Sequence[int]) -> np.ndarray:
-        """Normalised reference mels (``reference_mel``) -> one voice each, latents ``[R, K, d]``."""
-        return self.decoder.latents(np.stack(reference_mels), np.asarray(reference_lengths, np.int32),
-                                    self.batch_size)
-
-    def _encode(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Texts -> token arrays (raises TextError for empty text / no known characters, TextTooLongError)."""
-        encoded = [np.asarray(ids, np.int32) for ids in self.text_processor.encode_many(list(texts))]
-        for ids in encoded:
-            self.lengths.text_bucket(len(ids))  # fail before any decoding
-        return encoded
-
-    def _decode_tokens(self, token_lists: Sequence[np.ndarray], voices: Sequence[np.ndarray],
-                      batch_size: int | None = None, texts: Sequence[str] | None = None,
-                      length_scales: Sequence[float] | None = None) -> list[SynthesisResult]:
-        """Decoding of many token sequences (each with its own voice: latents ``[K, d]``, see ``voice`` and
-        ``_latents_of``); no vocoder. The results' ``mel`` is denormalised (a real log mel), then sharpened across
-        bins by ``model.mel_sharpening`` when it is > 0.
-
-        Items are sorted by length and grouped into batches of ``batch_size`` (the last one padded by repeating
-        its first item), so each batch uses the smallest text bucket that holds it. ``length_scales``: the
-        duration multiplier per item (default: the synthesizer's ``length_scale`` for all).
-        """
-        batch_size = batch_size or self.batch_size
-        order = sorted(range(len(token_lists)), key=lambda i: len(token_lists[i]))
-        results: list[SynthesisResult | None] = [None] * len(token_lists)
-        for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
-            outputs, seconds = self._decode_batch([token_lists[i] for i in chunk],
-                                                  [voices[i] for i in chunk], batch_size,
-                                                  [texts[i] for i in chunk] if texts is not None else None,
-                                                  [length_scales[i] for i in chunk] if length_scales else None)
-            bucket_frames = outputs["mel"].shape[1]
-            mels = self.mel_stats.denormalize(outputs["mel"])  # [batch, bucket frames, n_mels]: real log mels
-            if self.mel_sharpening > 0:  # across bins only: each frame on its own, the padding frames never read
-                mels = sharpen_across_bins(mels, self.mel_sharpening).numpy()
-            for slot, index in enumerate(chunk):
-                tokens = token_lists[index]
-                frames = int(outputs["mel_lengths"][slot])
-                durations = outputs["durations"][slot, :len(tokens)]
-                results[index] = SynthesisResult(
-                    text=texts[index] if texts is not None else "", tokens=tokens, mel=mels[slot, :frames],
-                    alignment=outputs["alignments"][slot, :frames, :len(tokens)], durations=durations,
-                    ended_by="maximum length" if durations.sum() > bucket_frames else "durations",
-                    decode_seconds=seconds / len(chunk), text_bucket=int(outputs["text_bucket"]))
-        return results  # type: ignore[return-value]
-
-    def _decode_batch(self, token_lists, voices, batch_size: int, texts=None, length_scales=None):
-        count = len(token_lists)
-        bucket = self.lengths.text_bucket(max(len(t) for t in token_lists))
-        tokens = np.full([batch_size, bucket], PAD_ID, np.int32)
-        token_lengths = np.zeros([batch_size], np.int32)
-        latents = np.zeros([batch_size, *np.shape(voices[0])], np.float32)  # [B, K, d]
-        for slot in range(batch_size):
-            source = slot if slot < count else 0  # padding slots repeat the first item
-            ids = token_lists[source]
-            tokens[slot, : len(ids)] = ids
-            token_lengths[slot] = len(ids)
-            latents[slot] = voices[source]
-        scales = None
-        if length_scales is not None:  # padding slots repeat the first item's, as their tokens do
-            scales = np.array([length_scales[slot if slot < count else 0] for slot in range(batch_size)], np.float32)
-        started = time.perf_counter()
-        outputs = self.decoder(tokens, token_lengths, latents, texts, scales)
-        outputs["text_bucket"] = bucket
-        return outputs, time.perf_counter() - started
-
-    def _vocode(self, result: SynthesisResult) -> np.ndarray:
-        started = time.perf_counter()
-        waveform = np.asarray(self.vocoder(result.mel), dtype=np.float32)  # [samples]
-        result.vocoder_seconds = time.perf_counter() - started
-        result.waveform = waveform
-        return waveform
-
-    def _split(self, text: str, length_scale: float | None = None) -> list[TextPiece]:
-        """``text`` (a sentence, a paragraph, a chapter) as pieces that each fit one compiled call
-        (``synthesis.text_split``) at ``length_scale`` (default: the synthesizer's). Pieces of punctuation alone
-        (a lone "...") are left out; any other piece that cannot be encoded (words in a script the vocabulary does
-        not know) is a ``TextError`` naming it, never dropped; a word too long for any piece is an
-        ``UnsplittableTextError``."""
-        scale = self.length_scale if length_scale is None else length_scale
-        budget = self.lengths.piece_token_budget(scale)
-
-        def fits(piece: str) -> bool:
-            try:
-                return len(self.text_processor.encode(piece)) <= budget
-            except TextError:  # nothing to pronounce on its own: never a reason to cut
-                return True
-
-        pieces = []
-        for piece in split_text(text, fits):
-            try:
-                self.text_processor.encode(piece.text)
-            except TextError as err:
-                if not any(char.isalnum() for char in piece.text):
-                    continue  # punctuation alone: nothing to say, nothing lost
-                if err.reason == "unpronounceable":  # names the characters
-                    raise TextError(err.reason, f"The piece {piece.text[:80]!r} cannot be spoken: {err}") from None
-                raise TextError(err.reason, f"The piece {piece.text[:80]!r} cannot be spoken by this model: it has no "
-                                "character its vocabulary can say (after normalisation only unknown characters or "
-                                "punctuation remain: another language or script?). Transliterate or remove "
-                                "it.") from None
-            pieces.append(piece)
-        if not pieces:
-            self.text_processor.encode(text)  # raises the TextError that says why
-        return pieces
 
 @dataclass
 class LongSynthesis:

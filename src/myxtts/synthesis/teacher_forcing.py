@@ -17,7 +17,8 @@ import tensorflow as tf
 
 from myxtts.diagnostics.tf_warning import first_trace_expected
 from myxtts.pitch import frame_f0
-from myxtts.synthesis.synthesizer import Reference, Synthesizer
+from myxtts.synthesis.engine import Reference
+from myxtts.synthesis.synthesizer import Synthesizer
 from myxtts.text import PAD_ID
 
 # Finer than synthesis's MEL_BUCKET_MULTIPLE (synthesis/decoding.py): here a shape is compiled only when a clip needs
@@ -72,8 +73,8 @@ class TeacherForcing:
         predicted pitch)."""
         synthesizer = self.synthesizer
         stats = synthesizer.mel_stats
-        tokens = synthesizer._encode([text])[0]
-        reference_mel, reference_length = synthesizer._reference_mel(reference)  # normalised
+        tokens = synthesizer.engine.encode([text])[0]  # [tokens] int32
+        reference_mel, reference_length = synthesizer.engine.reference_mel(reference)  # [reference_frames, n_mels]
         text_len = synthesizer.lengths.text_bucket(len(tokens))
         limit = synthesizer.cfg.data.max_mel_frames  # a multiple of the reduction factor (validated)
         frames = min(math.ceil(mel.shape[0] / TEACHER_FORCED_FRAME_MULTIPLE) * TEACHER_FORCED_FRAME_MULTIPLE, limit)

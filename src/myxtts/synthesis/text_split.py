@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from myxtts.errors import InputError
+
 # seconds of silence after a piece, by the cut that ended it
 PARAGRAPH_PAUSE = 0.6
 SENTENCE_PAUSE = 0.3
@@ -33,7 +35,7 @@ _CLAUSE_END = re.compile(r"(?:[,;:]|\s[\u2014\u2013-])\s+")
 _PARAGRAPH = re.compile(r"\n\s*\n")
 
 
-class UnsplittableTextError(ValueError):
+class UnsplittableTextError(InputError):
     """A word longer than the longest text the model can say in one piece."""
 
 

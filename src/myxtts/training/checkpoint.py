@@ -18,14 +18,16 @@ from typing import Any
 
 import tensorflow as tf
 
+from myxtts.errors import ExpectedError, InputError
+
 logger = logging.getLogger(__name__)
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(ExpectedError, RuntimeError):
     pass
 
 
-class WorkdirError(ValueError):
+class WorkdirError(InputError):
     """A run directory that cannot take this run: checkpoints without --resume, or another model's checkpoints."""
 
 

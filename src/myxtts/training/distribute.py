@@ -15,9 +15,10 @@ import os
 import tensorflow as tf
 
 from myxtts.config import Config
+from myxtts.errors import InputError
 
 
-class DistributionError(ValueError):
+class DistributionError(InputError):
     pass
 
 

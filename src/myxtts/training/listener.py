@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.data.mel_stats import reference_crop
-from myxtts.training.reporting import MetricsLog, _to_image
+from myxtts.training.reporting import MetricsLog, summary_image
 
 
 @dataclass
@@ -117,18 +117,20 @@ class Listener:
 
         started = time.perf_counter()
         sentences, synthesizer, rate = self.sentences, self.synthesizer, self.cfg.audio.sample_rate
+        engine = synthesizer.engine  # its steps: the sentences are cached tokens and reference mels
         # the voices again at every validation: the conditioning encoder trains too
-        voices = synthesizer._latents_of([s.reference_mel for s in sentences], [s.reference_length for s in sentences])
-        results = synthesizer._decode_tokens([s.tokens for s in sentences], list(voices), batch_size=len(sentences),
-                                            texts=[s.text or s.id for s in sentences])
+        voices = engine.latents([s.reference_mel for s in sentences],
+                                [s.reference_length for s in sentences])  # [sentences, K, d]
+        results = engine.decode_tokens([s.tokens for s in sentences], list(voices), batch_size=len(sentences),
+                                       texts=[s.text or s.id for s in sentences])
         recognizer, record, pairs = listening_measures.recognizer_available(), {"step": step}, []
         with metrics.writer("listening").as_default(step=step):
             for index, (sentence, result) in enumerate(zip(sentences, results)):
-                waveform = synthesizer._vocode(result)
+                waveform = engine.vocode(result)  # [samples]
                 label = f"{sentence.id}: {sentence.text or ''} (voice of {sentence.reference_id})"
                 tf.summary.audio(f"sentence_{index}/audio", waveform[None, :, None], rate, description=label)
                 for kind, matrix in (("mel", result.mel), ("alignment", result.alignment)):
-                    tf.summary.image(f"sentence_{index}/{kind}", _to_image(matrix), description=label)
+                    tf.summary.image(f"sentence_{index}/{kind}", summary_image(matrix), description=label)
                 limit = result.frames >= self.cfg.data.max_mel_frames or result.ended_by == "maximum length"
                 record.update({f"frames_{index}": result.frames, f"truncated_{index}": int(limit)})
                 if recognizer and sentence.text:

@@ -8,6 +8,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from myxtts.errors import InputError
 from myxtts.training.device_feed import DeviceFeed
 from myxtts.training.reporting import MetricsLog, StepTimer
 from myxtts.training.stages import StopReason, TrainingClock
@@ -17,7 +18,7 @@ def check_block_alignment(start_step: int, max_steps: int, steps_per_execution: 
     """Every compiled call runs ``steps_per_execution`` steps: a run resumed at a step that does not leave a whole
     number of calls before ``training.max_steps`` would overshoot it (and miss its final checkpoint)."""
     if (max_steps - start_step) % steps_per_execution:
-        raise ValueError(f"Resuming at step {start_step}: training.max_steps ({max_steps}) - {start_step} is not a "
+        raise InputError(f"Resuming at step {start_step}: training.max_steps ({max_steps}) - {start_step} is not a "
                          f"multiple of training.steps_per_execution ({steps_per_execution}), so the run would end "
                          "past max_steps. Set max_steps to a step that is, or resume with the steps_per_execution "
                          "the run was saved with.")

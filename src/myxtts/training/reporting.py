@@ -91,8 +91,8 @@ class MetricsLog:
         if not self.enabled:
             return
         with self.validation_writer.as_default(step=step):
-            tf.summary.image("mel_predicted_vs_target", _to_image(np.concatenate([mel, target], axis=1)))
-            tf.summary.image("alignment", _to_image(alignment))
+            tf.summary.image("mel_predicted_vs_target", summary_image(np.concatenate([mel, target], axis=1)))
+            tf.summary.image("alignment", summary_image(alignment))
             if audio is not None:
                 tf.summary.audio("teacher_forced_griffin_lim", audio[None, :, None].astype(np.float32), sample_rate)
 
@@ -103,8 +103,9 @@ class MetricsLog:
                 writer.close()
 
 
-def _to_image(matrix: np.ndarray) -> np.ndarray:
-    """[time, bins] -> [1, bins, time, 1] in [0, 1], low bins at the bottom."""
+def summary_image(matrix: np.ndarray) -> np.ndarray:
+    """A matrix ``[time, bins]`` (a mel, an alignment) -> the ``tf.summary.image`` of it, ``[1, bins, time, 1]`` in
+    [0, 1], low bins at the bottom (the trainer's summaries and the listener's)."""
     matrix = np.asarray(matrix, np.float32).T[::-1]
     lo, hi = float(matrix.min()), float(matrix.max())
     return ((matrix - lo) / max(hi - lo, 1e-6))[None, :, :, None]

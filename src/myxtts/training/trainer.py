@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from myxtts.config import Config, save_config
 from myxtts.diagnostics.tf_warning import expected_traces
+from myxtts.errors import ExpectedError
 from myxtts.locks import lock_cache_for_reading, lock_run_directory
 from myxtts.outputs import RUN, check_workdir, read_marker, write_marker
 from myxtts.run_dir import RunDir
@@ -44,7 +45,7 @@ from myxtts.training.warm_start import freeze_modules, warm_start, warm_start_me
 logger = logging.getLogger(__name__)
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(ExpectedError, RuntimeError):
     """Training stopped after training.max_nonfinite_steps non-finite steps in a row."""
 
 

@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from myxtts.config import Config, TrainingConfig, save_config
 from myxtts.diagnostics.tf_warning import expected_traces
+from myxtts.errors import InputError
 from myxtts.locks import lock_cache_for_reading, lock_run_directory
 from myxtts.run_dir import RunDir
 from myxtts.training.checkpoint import Checkpoints
@@ -42,7 +43,7 @@ ACOUSTIC_ONLY_TRAINING_KEYS = ("gradient_accumulation_steps", "steps_per_executi
                                "listen_sentences", "distribution", "init_mel_stats", "freeze")
 
 
-class VocoderTrainingError(ValueError):
+class VocoderTrainingError(InputError):
     """A vocoder run cannot start or go on (bad keys, a run directory in the way, non-finite steps)."""
 
 

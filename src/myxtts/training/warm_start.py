@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from myxtts.config import Config, load_config
+from myxtts.errors import InputError
 from myxtts.model.restore import checkpoint_decoder_type, decoder_mismatch, restore_model
 from myxtts.run_dir import RunDir, RunError, find_vocabulary, latest_checkpoint, load_run_mel_stats
 
@@ -45,7 +46,7 @@ _FREE_DIMS = ("vocab_size", "dropout", "max_positions", "pitch_conditioning")
 PITCH_MODULES = ("pitch_predictor/", "pitch_embedding/")
 
 
-class WarmStartError(ValueError):
+class WarmStartError(InputError):
     """A source run or checkpoint the model cannot start from."""
 
 

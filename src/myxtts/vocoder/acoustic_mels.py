@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from myxtts.errors import InputError
+
 logger = logging.getLogger(__name__)
 
 SOURCE_FILE = "source.json"  # which run and checkpoint made the mels: reused only when they are the same
@@ -56,7 +58,7 @@ def write_acoustic_mels(cfg: Any, acoustic_run: str | Path, out_dir: Path, progr
     for row in tqdm(range(len(cache)), desc="acoustic mels", unit="clip", disable=not progress, leave=False):
         entry = entries.get(cache.ids[row])
         if entry is None:
-            raise ValueError(f"Clip {cache.ids[row]} of {cache.cache_dir} is not in {cfg.corpus_path} any more: run "
+            raise InputError(f"Clip {cache.ids[row]} of {cache.cache_dir} is not in {cfg.corpus_path} any more: run "
                              "`myxtts prepare` again.")
         mel = cache.utterance_mel(row).astype(np.float32)  # [frames, n_mels] real log mel
         reference = cache.cache_dir / audio_file(cache.files[rows[pick_reference(entry, pool).id]])

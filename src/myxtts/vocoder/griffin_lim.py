@@ -35,12 +35,12 @@ class GriffinLim(Vocoder):
         self.hop_length = audio_cfg.hop_length
         self.n_mels = audio_cfg.n_mels
         self._inverse_window_fn = tf.signal.inverse_stft_window_fn(
-            self.hop_length, forward_window_fn=self.frontend._window_fn)
+            self.hop_length, forward_window_fn=self.frontend.window_fn)
         self._single = tf.function(
             self._invert_single,
             input_signature=[tf.TensorSpec([None, self.n_mels], tf.float32)], autograph=False)
         self._batched = tf.function(
-            self._invert, input_signature=[tf.TensorSpec([None, None, self.n_mels], tf.float32)],
+            self.waveform, input_signature=[tf.TensorSpec([None, None, self.n_mels], tf.float32)],
             autograph=False)
 
     def tracing_count(self) -> int:
@@ -52,14 +52,16 @@ class GriffinLim(Vocoder):
 
     def _stft(self, padded_wave: tf.Tensor) -> tf.Tensor:
         return tf.signal.stft(padded_wave, frame_length=self.n_fft, frame_step=self.hop_length,
-                              fft_length=self.n_fft, window_fn=self.frontend._window_fn, pad_end=False)
+                              fft_length=self.n_fft, window_fn=self.frontend.window_fn, pad_end=False)
 
     def _istft(self, stft: tf.Tensor) -> tf.Tensor:
         # [batch, frames, n_freq] -> [batch, (frames - 1) * hop + n_fft]: the centre-padded waveform
         return tf.signal.inverse_stft(stft, frame_length=self.n_fft, frame_step=self.hop_length,
                                       fft_length=self.n_fft, window_fn=self._inverse_window_fn)
 
-    def _invert(self, log_mel: tf.Tensor) -> tf.Tensor:
+    def waveform(self, log_mel: tf.Tensor) -> tf.Tensor:
+        """``[batch, frames, n_mels]`` -> ``[batch, (frames - 1) * hop]`` as plain ops (graph code: the compiled
+        paths of ``__call__`` and the export's ``synthesize`` run it; ``NeuralVocoder.waveform`` is its twin)."""
         magnitude = tf.cast(self.magnitude(log_mel), tf.complex64)  # [batch, frames, n_freq]
         # one [frames, n_freq] draw shared by the batch: a clip gets the same start alone or batched
         phase = tf.random.stateless_uniform(tf.shape(magnitude)[1:], seed=[self.seed, 0], maxval=2 * np.pi)
@@ -81,7 +83,7 @@ class GriffinLim(Vocoder):
         return padded[:, trim: tf.shape(padded)[1] - trim]  # [batch, (frames - 1) * hop]
 
     def _invert_single(self, log_mel: tf.Tensor) -> tf.Tensor:
-        return self._invert(log_mel[tf.newaxis])[0]  # [frames, n_mels] -> [samples]
+        return self.waveform(log_mel[tf.newaxis])[0]  # [frames, n_mels] -> [samples]
 
     def __call__(self, log_mel: tf.Tensor | np.ndarray) -> tf.Tensor:
         log_mel = tf.convert_to_tensor(log_mel, dtype=tf.float32)

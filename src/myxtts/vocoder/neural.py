@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from myxtts.errors import InputError
 from myxtts.run_dir import RunDir
 from myxtts.vocoder.base import Vocoder
 
@@ -27,7 +28,7 @@ AUDIO_KEYS = ("sample_rate", "n_fft", "win_length", "hop_length", "n_mels", "fmi
               "log_compression", "log_floor")
 
 
-class VocoderError(ValueError):
+class VocoderError(InputError):
     """A vocoder directory is missing, incomplete or of an unknown family."""
 
 
@@ -211,7 +212,7 @@ class NeuralVocoder(Vocoder):
         # centred frames as the front-end's (zeros, not its reflection, at the edges: any length, a frame included)
         padded = tf.pad(wave, [[0, 0], [n_fft // 2, n_fft // 2]])  # [batch, (frames - 1) * hop + n_fft]
         stft = tf.signal.stft(padded, frame_length=n_fft, frame_step=self.hop_length, fft_length=n_fft,
-                              window_fn=self.frontend._window_fn, pad_end=False)  # [batch, frames, n_fft // 2 + 1]
+                              window_fn=self.frontend.window_fn, pad_end=False)  # [batch, frames, n_fft // 2 + 1]
         magnitude = tf.math.abs(stft)
         phasor = stft / tf.cast(tf.maximum(magnitude, 1e-9), stft.dtype)  # unit length: the phase alone
         prior = self.frontend.pseudo_inverse_magnitude(log_mel)  # [batch, frames, n_fft // 2 + 1]
