@@ -28,19 +28,23 @@
 
 The records are written whole or not at all (``write_json``, ``config.save_config``: temporary name, fsync, rename).
 
-Reading a run: ``RunDir(path)`` for the paths, ``latest_checkpoint``, ``find_vocabulary`` and the mel-statistics
-readers below; ``myxtts.model.restore`` builds and restores the model. Training and synthesis both read runs through
-this module, so neither imports the other.
+Reading a run: ``RunDir(path)`` for the paths and ``latest_checkpoint`` here; its vocabulary and mel statistics
+(the run's, else its cache's) in ``myxtts.data.run_features``; ``myxtts.model.restore`` builds and restores the model.
+Training and synthesis both read runs through these modules, so neither imports the other. This module imports only
+``myxtts.durable`` and ``myxtts.errors``: ``myxtts.locks`` and ``myxtts.outputs``, below ``myxtts.data``, name a run's
+files through it (docs/architecture.md, Layers).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-from myxtts.config import Config
-from myxtts.data.mel_stats import MelStats, MelStatsError
+import yaml
+
+from myxtts.durable import write_durably
 from myxtts.errors import InputError
 
 
@@ -151,14 +155,12 @@ class RunDir:
     def write_json(self, path: Path, record: dict[str, Any]) -> Path:
         """One of the run's JSON records (``corpus``, ``init_from``, ``model_record``, ``vocoder_record``), whole or
         not at all (temporary name, fsync, rename): a kill mid-write leaves the previous record, never half of one."""
-        from myxtts.durable import write_durably
-
         write_durably(path, json.dumps(record, indent=1, ensure_ascii=False))
         return path
 
     def latest_checkpoint(self) -> str:
         """Prefix of the newest checkpoint (``RUN/checkpoints``, or checkpoint files in the run directory itself)."""
-        import tensorflow as tf
+        import tensorflow as tf  # only here: the CLI and the output checks read runs without TensorFlow
 
         if not self.path.is_dir():
             raise RunError(f"Run directory not found: {self.path}")
@@ -182,69 +184,9 @@ def checkpoint_step(checkpoint: str | Path) -> int | None:
     return int(number) if number.isdigit() else None
 
 
-def find_vocabulary(cfg: Config, *folders: Path) -> Any:
-    """The vocabulary saved with the run (or the config's cache); else the one the text config implies."""
-    from myxtts.data.cache import VOCAB_FILE as CACHE_VOCAB_FILE
-    from myxtts.text import Vocabulary
-
-    for path in [RunDir(folder).vocab for folder in folders] + [cfg.cache_dir / CACHE_VOCAB_FILE]:
-        if path.is_file():
-            try:
-                return Vocabulary.load(path, cfg.text)
-            except (ValueError, OSError) as err:
-                raise RunError(f"Cannot load the vocabulary {path}: {err}") from None
-    # the symbol set is fixed in code per text config, so this is the same table prepare saved
-    return Vocabulary.for_config(cfg.text)
-
-
-def load_run_mel_stats(run_dir: str | Path, cfg: Config | None = None) -> MelStats:
-    """The mel statistics of a run (``RUN/mel_stats.json``, written by the trainer); RunError naming the file when it
-    is missing or does not fit ``cfg.audio.n_mels``."""
-    path = RunDir(run_dir).mel_stats
-    try:
-        stats = MelStats.load(path)
-    except MelStatsError as err:
-        raise RunError(f"{err} The run's mel statistics (the normalisation its model was trained with, written "
-                       f"by `myxtts train` next to vocab.json) are needed to synthesize; runs trained before mels "
-                       "were normalised must be retrained.") from None
-    check_n_mels(stats, cfg, path)
-    return stats
-
-
-def find_mel_stats(cfg: Config, *folders: Path) -> MelStats:
-    """``mel_stats.json`` of the first folder holding one (a checkpoint's folder, its run), else the statistics of
-    the config's prepared cache; RunError naming every place looked at."""
-    from myxtts.data.cache import CacheError, manifest_mel_stats, read_manifest
-
-    for folder in folders:
-        if RunDir(folder).mel_stats.is_file():
-            return load_run_mel_stats(folder, cfg)
-    manifest = read_manifest(cfg.cache_dir)
-    try:
-        if manifest is not None:
-            stats = manifest_mel_stats(cfg.cache_dir, manifest)
-            check_n_mels(stats, cfg, cfg.cache_dir / "manifest.json")
-            return stats
-    except CacheError:
-        pass
-    looked = [f"{RunDir(folder).mel_stats} missing" for folder in folders]
-    looked.append(f"no usable 'mel_stats' in {cfg.cache_dir / 'manifest.json'}")
-    raise RunError(f"No mel statistics found ({'; '.join(looked)}): they are the normalisation the model was "
-                   "trained with. Use the run directory (--run), or run `myxtts prepare` for the config's corpus.")
-
-
-def check_n_mels(stats: MelStats, cfg: Config | None, source: Path) -> None:
-    if cfg is not None and stats.n_mels != cfg.audio.n_mels:
-        raise RunError(f"{source}: mel statistics of {stats.n_mels} bins, but audio.n_mels is {cfg.audio.n_mels}.")
-
-
 def relative_config_paths(config_path: Path) -> None:
     """The config's paths inside the current folder (a repository) made relative to the config's own folder, so a
     packed model works from any clone."""
-    import os
-
-    import yaml
-
     raw = yaml.safe_load(config_path.read_text(encoding="utf-8"))
     here = Path.cwd().resolve()
     if not config_path.parent.resolve().is_relative_to(here):
@@ -257,6 +199,4 @@ def relative_config_paths(config_path: Path) -> None:
         value = corpus.get("path")
         if value and Path(value).is_absolute() and Path(value).resolve().is_relative_to(here):
             corpus["path"] = os.path.relpath(Path(value).resolve(), config_path.parent.resolve())
-    from myxtts.durable import write_durably
-
     write_durably(config_path, yaml.safe_dump(raw, sort_keys=False))

@@ -17,6 +17,7 @@ import unicodedata
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from myxtts import espeak
 from myxtts.config import TextConfig
 from myxtts.errors import InputError, SetupError
 from myxtts.text_numbers import expand_numbers
@@ -187,8 +188,6 @@ def _phonemizer_setup_error(err: Exception) -> PhonemizerError:
 
 def check_phoneme_language(language: str) -> None:
     """InputError naming ``language`` when espeak-ng has no such voice; PhonemizerError: no library."""
-    from myxtts import espeak
-
     try:
         espeak.check_voice(language)
     except espeak.UnknownVoiceError:
@@ -203,8 +202,6 @@ def check_phoneme_language(language: str) -> None:
 def phonemize(chunks: Sequence[str], language: str) -> list[str]:
     """IPA (stress marks kept, language-switch markers removed) of each punctuation-free chunk, in one pass
     through the bundled libespeak-ng with the voice set once."""
-    from myxtts import espeak
-
     if not chunks:
         return []
     check_phoneme_language(language)

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 from myxtts import durable
+from myxtts.cache_files import JOURNAL_FILE
 from myxtts.data.cache import CacheError, FeatureCache
 from myxtts.durable import WRITE_STAGES
-from myxtts.data.journal import JOURNAL_FILE, PrepareJournal
+from myxtts.data.journal import PrepareJournal
 from myxtts.data.prepare import prepare
 from myxtts.locks import (CACHE_READ_LOCK, CACHE_WRITE_LOCK, READERS_DIR, DirectoryBusyError, DirectoryLock, Holder,
                           lock_cache_for_reading, lock_cache_for_writing)

@@ -136,7 +136,7 @@ def test_bad_config_key_exits_2_naming_the_key_path(prepared_cache, tmp_path):
 
 def test_config_check_flags_settings_that_defeat_compiled_steps(prepared_cache):
     from myxtts.data.pipeline import InputPipeline
-    from myxtts.diagnostics.retracing_check import check_config
+    from myxtts.training.retracing_check import check_config
 
     training = prepared_cache.training.__class__(**{**prepared_cache.training.__dict__, "enable_eager_debug": True})
     cfg = prepared_cache.replace(training=training)

@@ -78,12 +78,14 @@ def _crossing(graph: dict[str, set[str]], source: str, target: str) -> set[tuple
             for imported in imports if imported.startswith(target)}
 
 
-def test_training_and_synthesis_meet_only_where_training_listens():
-    """Both read runs through myxtts.run_dir and build models through myxtts.model: synthesis never imports training,
-    and training imports synthesis in one place only, the listener that synthesises validation sentences while it
-    trains."""
+def test_training_and_synthesis_meet_only_where_training_runs_a_trained_model():
+    """Both read runs through myxtts.run_dir (and myxtts.data.run_features) and build models through myxtts.model:
+    synthesis never imports training, and training imports synthesis in two places only, where it runs a trained
+    acoustic model: the listener that synthesises validation sentences while it trains, and the teacher-forced mels a
+    vocoder fine-tunes on (``train-vocoder --acoustic-run``). The layers (test_layers.py) keep it that way."""
     graph = _import_graph()
     assert _crossing(graph, "myxtts.synthesis", "myxtts.training") == set()
     assert {module for module, _ in _crossing(graph, "myxtts.training", "myxtts.synthesis")} == \
-        {"myxtts.training.listener"}
-    assert graph["myxtts.training.warm_start"] >= {"myxtts.run_dir", "myxtts.model.restore"}
+        {"myxtts.training.listener", "myxtts.training.acoustic_mels"}
+    assert graph["myxtts.training.warm_start"] >= {"myxtts.run_dir", "myxtts.data.run_features",
+                                                   "myxtts.model.restore"}

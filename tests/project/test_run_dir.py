@@ -11,7 +11,7 @@ from myxtts.run_dir import RunDir, RunError, checkpoint_step, latest_checkpoint
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "myxtts"
 # other layouts that reuse a name: the prepared cache's vocabulary, the SavedModel's assets
-OWN_LAYOUTS = {("data/cache.py", "vocab.json"), ("synthesis/export.py", "vocab.json"),
+OWN_LAYOUTS = {("cache_files.py", "vocab.json"), ("synthesis/export.py", "vocab.json"),
                ("synthesis/export.py", "mel_stats.json")}
 
 

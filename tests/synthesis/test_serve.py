@@ -36,15 +36,21 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_server(engine) -> Iterator[str]:
-    """``engine`` behind the real app and uvicorn on a free localhost port, in a thread; yields its URL."""
+def running_server(engine, send_buffer: int | None = None) -> Iterator[str]:
+    """``engine`` behind the real app and uvicorn on a free localhost port, in a thread; yields its URL.
+    ``send_buffer``: the kernel's send buffer of every connection, in bytes (the accepted sockets inherit the
+    listening socket's; small, the audio a client does not read stays in the server's process)."""
     import uvicorn
 
     from myxtts.synthesis.http import uvicorn_config
 
-    port = _free_port()
+    listening = socket.socket()
+    if send_buffer is not None:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
+    listening.bind(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
     http = uvicorn.Server(uvicorn_config(engine, "127.0.0.1", port, log_level="warning"))
-    thread = threading.Thread(target=http.run, daemon=True)
+    thread = threading.Thread(target=http.run, kwargs={"sockets": [listening]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
     while not http.started:
@@ -56,6 +62,7 @@ def running_server(engine) -> Iterator[str]:
         http.should_exit = True
         thread.join(30)
         engine.close()
+        listening.close()
 
 
 @pytest.fixture(scope="module")

@@ -68,7 +68,7 @@ def engine_held(engine) -> Iterator[threading.Event]:
 
 def _idle(engine) -> bool:
     backlog = engine.backlog()
-    return backlog["requests_in_flight"] == 0 and engine.queued() == 0
+    return backlog["requests_in_flight"] == 0 and engine.queued() == 0 and backlog["unsent_bytes"] == 0
 
 
 def _raw_exchange(url: str, request: bytes, timeout: float = 20) -> tuple[int, dict, bytes]:
@@ -144,7 +144,7 @@ def test_headers_that_arrive_too_slowly_close_the_connection(bounded):
 
 
 @pytest.mark.parametrize("text, says", [
-    ("Go. " * 20, "splits into 20 pieces"),  # 80 characters, 20 decodes
+    ("Go. " * 20, "splits into more than 8 pieces"),  # 80 characters, 20 decodes: refused at the ninth piece
     ("It said " + "abracadabra" * 30 + " twice.", "alone is longer"),
     ("Hello. Привет, как дела? Goodbye.", "'Привет, как дела?' cannot be spoken"),
 ])
@@ -197,8 +197,11 @@ def test_pieces_past_the_queue_limit_get_429_and_health_shows_the_backlog(bounde
         assert len(stream.pieces) == 8
         inside.wait(60)
         health = _health(url)
+        # the audio bytes of its eight pieces' worst case stay reserved until they are sent
         assert health["backlog"] == {"pending": 4, "decoding": 4, "vocoding": 0, "requests_in_flight": 1,
-                                     "ready_unsent": 0}
+                                     "ready_unsent": 0, "unsent_bytes": stream.unsent_bytes()}
+        assert stream.unsent_bytes() == sum(engine.audio_bound.piece_bytes(piece.pause_after)
+                                            for piece in stream.pieces)
         assert health["queued_pieces"] == 8 and health["limits"] == _limits().as_dict()
         assert "8 pieces queued" in _busy_answer(url, "Come here. Sit down. Wait.")["message"]  # 8 + 3 > 10
         stream.cancel()  # its pending pieces are freed at once
@@ -260,7 +263,8 @@ def test_a_client_that_stops_reading_is_dropped_and_its_pieces_freed(bounded):
     asyncio.run(asyncio.wait_for(response({"type": "http"}, receive, send), 60))
     assert stream.cancelled and stream.taken() < len(stream.pieces)
     assert [message.get("more_body") for message in sent[1:]] == [True, True]  # never a clean end
-    _wait_until(lambda: _idle(engine) and engine.backlog()["ready_unsent"] == 0)
+    _wait_until(lambda: _idle(engine) and engine.backlog()["ready_unsent"] == 0
+                and engine.backlog()["unsent_bytes"] == 0)
 
 
 def test_serve_takes_every_limit_as_an_option_with_the_engine_defaults(tmp_path):

@@ -307,7 +307,7 @@ def test_fine_tuning_on_an_acoustic_models_teacher_forced_mels(vocoder_cfg, trai
         assert generated.shape == real.shape  # teacher-forced: the clip's own frames, aligned with its audio
         assert 0.05 < float(np.mean(np.abs(generated - real))) < 2.0  # the model's mel, near the real one
     # a resumed or repeated run reuses the mels of the same checkpoint
-    from myxtts.vocoder.acoustic_mels import write_acoustic_mels
+    from myxtts.training.acoustic_mels import write_acoustic_mels
 
     lines_out.clear()
     write_acoustic_mels(cfg, base, mels, progress=False, echo=lines_out.append)

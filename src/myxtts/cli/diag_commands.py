@@ -165,7 +165,7 @@ def diagnose_retracing_command(config_path: str, overrides: tuple[str, ...], ste
 
     Exit 1 when anything retraces after warm-up or a batch shape is not a declared signature.
     """
-    from myxtts.diagnostics.retracing_check import diagnose_retracing
+    from myxtts.training.retracing_check import diagnose_retracing
 
     cfg = load(config_path, overrides)
     report = diagnose_retracing(cfg, steps=steps, workdir=workdir, check_batches=check_batches,

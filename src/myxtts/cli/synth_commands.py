@@ -232,6 +232,12 @@ def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:
 @click.option("--max-connections", type=click.IntRange(min=1), default=512, show_default=True,
               help="Open connections at once (503 beyond): a flood of idle sockets cannot exhaust the process' file "
                    "descriptors.")
+@click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              help="Seconds one request may take in all, text work to last byte: a stream past it is ended and its "
+                   "queued pieces dropped (a client reading a little at a time holds it no longer).")
+@click.option("--max-unsent-bytes", type=click.IntRange(min=1), default=268435456, show_default=True,
+              help="Bytes of audio all streams together may hold not yet sent: a request whose worst case would "
+                   "pass it gets 429 with Retry-After before it starts.")
 @click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
               help="A host name clients reach the server by (a DNS name, a proxy's), besides the bind address: "
                    "requests with another Host header, or from another site's page (Origin), get 403 (repeatable).")
@@ -242,7 +248,8 @@ def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:
 @clean_errors
 def serve_command(run_dir, voice_specs, host, port, batch_size, small_batches, max_characters, max_pieces,
                   max_body_bytes, header_timeout, body_timeout, max_requests_in_flight, max_queued_pieces, send_timeout,
-                  max_connections, allowed_hosts, shutdown_grace, vocoder_path) -> None:
+                  max_connections, request_timeout, max_unsent_bytes, allowed_hosts, shutdown_grace,
+                  vocoder_path) -> None:
     """An HTTP server: OpenAI-compatible POST /v1/audio/speech streamed sentence by sentence, GET /health
     (needs the serve extra: pip install -e '.[serve]'). Every limit is answered in OpenAI's error shape."""
     try:
@@ -258,7 +265,8 @@ def serve_command(run_dir, voice_specs, host, port, batch_size, small_batches, m
     limits = ServerLimits(max_body_bytes=max_body_bytes, header_timeout=header_timeout, body_timeout=body_timeout,
                           max_characters=max_characters, max_pieces=max_pieces,
                           max_requests_in_flight=max_requests_in_flight, max_queued_pieces=max_queued_pieces,
-                          send_timeout=send_timeout, max_connections=max_connections)
+                          send_timeout=send_timeout, max_connections=max_connections,
+                          request_timeout=request_timeout, max_unsent_bytes=max_unsent_bytes)
     voices = _voices(voice_specs)
     synthesizer = Synthesizer.from_run(run_dir, batch_size=batch_size, vocoder=vocoder_path)
     engine = SpeechEngine(synthesizer, voices, batch_size=batch_size, limits=limits,

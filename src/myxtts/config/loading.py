@@ -15,6 +15,7 @@ import yaml
 
 from myxtts.config.sections import ConfigError, MOVED_KEYS, REMOVED_KEYS, Config, config_sections
 from myxtts.config.validation import validate
+from myxtts.durable import write_durably
 
 
 def _closest(name: str, options: list[str]) -> str:
@@ -159,8 +160,6 @@ def save_config(cfg: Config, path: str | os.PathLike) -> None:
     """Write the resolved config (every key, defaults included) as YAML, whole or not at all (temporary name,
     fsync, rename): a run's config.yaml is rewritten on every start and resume, and a kill mid-write must leave the
     previous one, never half a file."""
-    from myxtts.durable import write_durably  # the module is standard library only: config keeps no dependency
-
     data = cfg.to_dict()
     if not cfg.data.corpora:  # with data.corpora the one-corpus keys stay at their defaults (validation requires it)
         data["data"]["corpus_path"] = str(cfg.corpus_path)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from myxtts.config.sections import ConfigError, AUTOTUNE, MODEL_MODULES, Config, ModelConfig
+from myxtts.config.sections import (AUTOTUNE, MODEL_MODULES, Config, ConfigError, CorpusSource, DataConfig, ModelConfig,
+                                    VocoderConfig, default_corpus_name)
 
 
 def _positive(cfg: Config, *paths: str) -> None:
@@ -73,8 +74,6 @@ def _check_data_keys(cfg: Config) -> None:
 
 
 def _check_corpora(cfg: Config) -> None:
-    from myxtts.config.sections import CorpusSource, DataConfig, default_corpus_name
-
     d, defaults = cfg.data, DataConfig()
     if not d.corpora:
         return
@@ -249,8 +248,6 @@ ISTFTNET_ONLY_KEYS = ("upsample_rates", "upsample_channels", "resblock_kernels",
 
 
 def _check_vocoder_family_keys(cfg: Config) -> None:
-    from myxtts.config.sections import VocoderConfig
-
     v, defaults = cfg.vocoder, VocoderConfig()
     other = ISTFTNET_ONLY_KEYS if v.family == "vocos" else VOCOS_ONLY_KEYS
     for key in other:

@@ -11,11 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from myxtts.data.buckets import PLAN_FILE, BucketParams, BucketPlan, log_misfits, plan_buckets
-from myxtts.data.cache import (INDEX_FILE, INDEX_PREFIX, UTTERANCE_DIR, FeatureCache, audio_file, index_path,
-                               written_by_prepare)
+from myxtts.cache_files import INDEX_FILE, INDEX_PREFIX, JOURNAL_FILE, PLAN_FILE, UTTERANCE_DIR
+from myxtts.data.buckets import BucketParams, BucketPlan, log_misfits, plan_buckets
+from myxtts.data.cache import FeatureCache, audio_file, index_path, written_by_prepare
 from myxtts.durable import reached
-from myxtts.data.journal import JOURNAL_FILE
 from myxtts.locks import CACHE_READ_LOCK, DirectoryLock
 
 

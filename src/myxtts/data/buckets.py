@@ -35,7 +35,6 @@ from myxtts.errors import InputError
 logger = logging.getLogger(__name__)
 
 TEXT_MULTIPLE = 8  # text bounds are rounded up to this (friendly to matmul tiling)
-PLAN_FILE = "bucket_plan.json"
 # Padded text cells cost this much relative to padded mel cells when choosing boundaries: decoder
 # steps over mel frames dominate a train step, text padding is cheaper (tuned on LJSpeech lengths).
 TEXT_COST_WEIGHT = 0.2

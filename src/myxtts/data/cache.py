@@ -1,6 +1,6 @@
 """FeatureCache: the prepared features of a corpus, streamed from disk one utterance at a time.
 
-Layout of ``cfg.cache_dir`` (written by ``myxtts prepare``, format 5):
+Layout of ``cfg.cache_dir`` (written by ``myxtts prepare``, format 5; the file names: ``myxtts.cache_files``):
 
 - ``utterances/XX/KEY.utt``: one file per accepted utterance, random access by path (so the pipeline
   shuffles row indices, not features, and reads any other utterance of the speaker as a reference).
@@ -43,16 +43,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from myxtts import pitch_settings
+from myxtts.cache_files import INDEX_FILE, INDEX_PREFIX, MANIFEST_FILE, UTTERANCE_DIR, VOCAB_FILE
 from myxtts.durable import fsync_directory, fsync_file, sha256_file, write_durably
 from myxtts.data.mel_stats import MelStats, MelStatsError
 from myxtts.errors import InputError
 
-MANIFEST_FILE = "manifest.json"
-VOCAB_FILE = "vocab.json"
-REJECTED_FILE = "rejected.csv"
-INDEX_FILE = "index.npz"  # the name of a manifest's index when the manifest records no content hash
-INDEX_PREFIX = "index-"  # index-HASH.npz: an index named by its content
-UTTERANCE_DIR = "utterances"
 SPLITS = ("train", "validation", "held_out")  # held_out: the clips of held-out speakers (zero-shot development)
 FORMAT_VERSION = 5  # 5: the F0 track; 4: the audio beside each utterance; 3: mel_stats; 2: one file per utterance
 UTTERANCE_MAGIC = 0x32545558  # b"XUT2" little-endian (b"XUT1": format 2-4, no F0 track)
@@ -101,10 +97,9 @@ def check_manifest(cache_dir: Path, expected_hash: str,
         return None, (f"cache format {manifest.get('format_version')} is not the current format {FORMAT_VERSION} "
                       "(one file per utterance with its F0 track and its audio beside it, the train split's mel "
                       "statistics)")
-    from myxtts.pitch_settings import TRACKER  # no TensorFlow: an up-to-date prepare never loads it
-
-    if manifest.get("pitch_tracker") != TRACKER:
-        return None, (f"the F0 tracker's settings changed ({manifest.get('pitch_tracker')} -> {TRACKER}): "
+    tracker = pitch_settings.TRACKER  # the settings alone (no TensorFlow): an up-to-date prepare never loads it
+    if manifest.get("pitch_tracker") != tracker:
+        return None, (f"the F0 tracker's settings changed ({manifest.get('pitch_tracker')} -> {tracker}): "
                       "every clip's pitch track is computed again")
     if manifest.get("feature_hash") != expected_hash:
         changed = "".join(changed_parameters(manifest.get("feature_params", {}), current_params or {}))

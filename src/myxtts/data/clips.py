@@ -13,12 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from myxtts.data.cache import UTTERANCE_DIR, audio_file, write_audio, write_utterance
+from myxtts.cache_files import UTTERANCE_DIR
+from myxtts.data.cache import audio_file, write_audio, write_utterance
 from myxtts.data.corpus import CorpusEntry, Rejection
 from myxtts.durable import reached
 from myxtts.data.fingerprint import CorpusDiff
 from myxtts.data.journal import PrepareJournal, clip_from_file
 from myxtts.data.language import TextProcessors
+from myxtts.text import TextError
 
 # Reason codes added by prepare (audio reasons come from AudioError.reason, text ones from TextError.reason)
 TOO_SHORT = "too_short"
@@ -29,8 +31,7 @@ NON_FINITE = "non_finite"
 
 def validate_clip(entry: CorpusEntry, cfg: Any, text_processor: Any) -> tuple[np.ndarray, list[int]] | Rejection:
     """(waveform [samples] float32, token ids) for a usable clip, else the Rejection saying why."""
-    from myxtts.audio import AudioError, load_audio
-    from myxtts.text import TextError
+    from myxtts.audio import AudioError, load_audio  # imports TensorFlow: an up-to-date prepare never loads it
 
     d = cfg.data
     sample_rate = cfg.audio.sample_rate
@@ -83,7 +84,7 @@ def process_clip(entry: CorpusEntry, fingerprint: str, cfg: Any, processors: Tex
     """Validate, compute the mel and F0, write the clip's audio and utterance files (runs in a worker thread)."""
     import soundfile
 
-    from myxtts.pitch import clip_f0
+    from myxtts.pitch import clip_f0  # imports TensorFlow: an up-to-date prepare never loads it
 
     checked = validate_clip(entry, cfg, processors.for_language(entry.language))
     if isinstance(checked, Rejection):
@@ -156,7 +157,7 @@ def process_clips(cfg: Any, cache_dir: Path, verdicts: Verdicts, fingerprints: d
     open)."""
     from tqdm import tqdm
 
-    from myxtts.audio import MelFrontend
+    from myxtts.audio import MelFrontend  # imports TensorFlow: an up-to-date prepare never loads it
 
     frontend = MelFrontend(cfg.audio)
     feature_hash = cfg.feature_hash()

@@ -33,7 +33,10 @@ from typing import Sequence
 
 import numpy as np
 
+from myxtts.durable import write_durably
 from myxtts.errors import InputError, SetupError
+from myxtts.espeak import EspeakUnavailableError, Renderer, UnknownVoiceError
+from myxtts.outputs import CORPUS, check_corpus_folder, path_in_folder, safe_file_name, write_marker
 
 LIST_FILE = "list.txt"
 COMMAND = "corpus espeak"
@@ -56,8 +59,6 @@ class EspeakVoice:
 
     def write(self, renderer, text: str, out_path: str | os.PathLike) -> None:
         """Render ``text`` into a 22050 Hz mono 16-bit wav (EspeakRenderError when no audio comes out)."""
-        from myxtts.espeak import UnknownVoiceError
-
         try:
             samples = self.render(renderer, text)
         except UnknownVoiceError as err:
@@ -138,8 +139,6 @@ class RenderResult:
 
 def open_renderer():
     """A ``myxtts.espeak.Renderer`` (a context manager); EspeakMissingError when the library cannot be loaded."""
-    from myxtts.espeak import EspeakUnavailableError, Renderer
-
     try:
         renderer = Renderer()
     except EspeakUnavailableError as err:
@@ -265,9 +264,6 @@ def render_corpus(sentences: Sequence[Sentence], voices: Sequence[EspeakVoice] |
     for sentence in sentences:
         if "|" in sentence.text or "\n" in sentence.text:
             raise InputError(f"Sentence {sentence.id!r} cannot go in a list file ('|' or a newline in its text).")
-    from myxtts.durable import write_durably
-    from myxtts.outputs import CORPUS, check_corpus_folder, path_in_folder, safe_file_name, write_marker
-
     out_dir = Path(out_dir)
     if check_corpus_folder(out_dir, COMMAND, earlier=is_earlier_render):
         out_dir.mkdir(parents=True, exist_ok=True)

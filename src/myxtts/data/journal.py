@@ -20,9 +20,9 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from myxtts import pitch_settings
+from myxtts.cache_files import JOURNAL_FILE
 from myxtts.data.cache import CacheError, audio_file, read_utterance
-
-JOURNAL_FILE = "prepare-journal.jsonl"
 
 
 def utterance_file_complete(path: Path) -> bool:
@@ -40,10 +40,9 @@ class PrepareJournal:
     """Append-only record of finished clips for one feature hash and F0 tracker (see the module docstring)."""
 
     def __init__(self, cache_dir: Path, feature_hash: str):
-        from myxtts.pitch_settings import TRACKER
-
         self.path = Path(cache_dir) / JOURNAL_FILE
-        self.header = {"feature_hash": feature_hash, "pitch_tracker": TRACKER}  # what the lines belong to
+        # what the lines belong to
+        self.header = {"feature_hash": feature_hash, "pitch_tracker": pitch_settings.TRACKER}
         self._handle: TextIO | None = None
 
     def finished(self) -> dict[str, dict[str, Any]]:

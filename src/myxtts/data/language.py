@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from myxtts.text import TextProcessor
+
 
 def base_language(language: str) -> str:
     """``en-us`` -> ``en``, ``pt_BR`` -> ``pt``."""
@@ -39,8 +41,6 @@ class TextProcessors:
     """One TextProcessor per language, created on first use, sharing the default vocabulary's symbols."""
 
     def __init__(self, cfg: Any) -> None:
-        from myxtts.text import TextProcessor
-
         self.cfg = cfg
         self.default = TextProcessor(cfg.text)  # its vocabulary is the one saved with the cache
         self._by_language: dict[str, Any] = {}
@@ -50,8 +50,6 @@ class TextProcessors:
         return self.default.vocabulary
 
     def for_language(self, language: str) -> Any:
-        from myxtts.text import TextProcessor
-
         if language not in self._by_language:
             text_cfg = text_config_for(self.cfg, language)
             self._by_language[language] = self.default if text_cfg == self.cfg.text else TextProcessor(text_cfg)
@@ -62,8 +60,6 @@ def run_text_processor(cfg: Any, vocabulary: Any) -> Any:
     """The TextProcessor synthesis uses for a run: ``vocabulary`` checked against ``text.*``, and the cleaner /
     espeak-ng voice of ``data.language``, as ``prepare`` used for that language's transcripts (a German run
     must not hear "5" spelled out in English at synthesis when it never was in training)."""
-    from myxtts.text import TextProcessor
-
     checked = TextProcessor(cfg.text, vocabulary)  # raises when the vocabulary is not the run's
     language_cfg = text_config_for(cfg, cfg.data.language)
     return checked if language_cfg == cfg.text else TextProcessor(language_cfg)

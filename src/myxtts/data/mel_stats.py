@@ -24,6 +24,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from myxtts.durable import write_durably
 from myxtts.errors import InputError
 
 STD_FLOOR = 1e-2  # log-mel units: a constant (or near-constant) bin is scaled by at most 1 / STD_FLOOR
@@ -114,8 +115,6 @@ class MelStats:
     def save(self, path: str | Path) -> Path:
         """Write ``to_dict()`` as JSON, whole or not at all (temporary name, fsync, rename): a run's copy is
         rewritten on every start and resume."""
-        from myxtts.durable import write_durably
-
         path = Path(path)
         write_durably(path, json.dumps(self.to_dict(), indent=1))
         return path

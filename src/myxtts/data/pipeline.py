@@ -65,11 +65,13 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from myxtts.cache_files import PLAN_FILE
 from myxtts.config import AUTOTUNE
-from myxtts.data.buckets import PLAN_FILE, BucketParams, BucketPlan, FillReport, log_misfits, plan_buckets
+from myxtts.data.buckets import BucketParams, BucketPlan, FillReport, log_misfits, plan_buckets
 from myxtts.data.cache import FeatureCache
 from myxtts.data.corpus import corpus_sources
 from myxtts.data.mel_stats import MelStats
+from myxtts.data.service import distribute
 from myxtts.data.sources import (CacheSource, WavSource, pick_reference_row, self_slice, single_clip_rows,
                                  speaker_tables)
 from myxtts.errors import InputError
@@ -335,8 +337,6 @@ class InputPipeline:
         dataset = dataset.map(graph_only(lambda batch: {key: batch[key] for key in self.batch_keys}),
                               num_parallel_calls=parallel)
         if d.service_address:  # everything above runs on the tf.data service workers (myxtts.data.service)
-            from myxtts.data.service import distribute
-
             dataset = distribute(dataset, d.service_address)
         return self._prefetch(dataset)
 

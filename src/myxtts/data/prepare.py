@@ -59,17 +59,18 @@ from typing import Any, Callable
 
 import numpy as np
 
+from myxtts import __version__, pitch_settings
+from myxtts.cache_files import JOURNAL_FILE, MANIFEST_FILE, REJECTED_FILE, VOCAB_FILE
 from myxtts.data.after_manifest import after_manifest, ensure_bucket_plan, finish_stopped_update
 from myxtts.data.buckets import BucketParams, log_misfits, plan_buckets
-from myxtts.data.cache import (FORMAT_VERSION, MANIFEST_FILE, REJECTED_FILE, VOCAB_FILE, CacheError, audio_file,
-                               changed_parameters, check_manifest, feature_params, load_index, read_manifest,
-                               read_utterance, save_index, write_manifest)
+from myxtts.data.cache import (FORMAT_VERSION, CacheError, audio_file, changed_parameters, check_manifest,
+                               feature_params, load_index, read_manifest, read_utterance, save_index, write_manifest)
 from myxtts.data.clips import Clip, Verdicts, known_verdicts, process_clips, rejection_detail
 from myxtts.data.corpus import Rejection, read_config_corpus
 from myxtts.durable import reached, write_durably
 from myxtts.data.fingerprint import CorpusDiff, clip_fingerprint, corpus_fingerprint, diff_corpus
 from myxtts.data.language import TextProcessors
-from myxtts.data.journal import JOURNAL_FILE, PrepareJournal
+from myxtts.data.journal import PrepareJournal
 from myxtts.data.mel_stats import MelStats, MelStatsAccumulator
 from myxtts.data.prepare_result import PrepareResult
 from myxtts.data.splits import corpus_summaries, held_out_speaker_names, validation_ids
@@ -296,12 +297,10 @@ def _manifest(cfg: Any, corpus: Any, fingerprints: dict[str, str], diff: CorpusD
         table[utterance_id] = {"fingerprint": fingerprints[utterance_id],
                                "rejected": [rejection.reason, rejection.file,
                                             rejection_detail(utterance_id, rejection)]}
-    from myxtts.pitch_settings import TRACKER
-
     single_ids = accepted.single_ids
     return {
         "format_version": FORMAT_VERSION,
-        "pitch_tracker": TRACKER,
+        "pitch_tracker": pitch_settings.TRACKER,
         "feature_hash": cfg.feature_hash(),
         "feature_params": feature_params(cfg),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -381,9 +380,7 @@ def _read_rejections(cache_dir: Path) -> list[Rejection]:
 
 def _versions() -> dict[str, str]:
     import soundfile
-    import tensorflow as tf
-
-    from myxtts import __version__
+    import tensorflow as tf  # only when a manifest is written: an up-to-date prepare never loads TensorFlow
 
     return {"myxtts": __version__, "tensorflow": tf.__version__, "numpy": np.__version__,
             "soundfile": soundfile.__version__, "python": platform.python_version()}

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from myxtts.data.cache import REJECTED_FILE
+from myxtts.cache_files import REJECTED_FILE
 from myxtts.data.corpus import Rejection
 
 

@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from myxtts.audio import MelFrontend, tf_load_wav
 from myxtts.data.cache import CacheError, FeatureCache, tf_read_utterance
+from myxtts.data.corpus import read_config_corpus
 from myxtts.errors import InputError
 from myxtts.pitch import frames_f0
 
@@ -142,9 +144,6 @@ class WavSource:
     def __init__(self, cfg: Any) -> None:
         import soundfile
 
-        from myxtts.audio import MelFrontend
-        from myxtts.data.corpus import read_config_corpus
-
         try:
             cache = FeatureCache.load(cfg)  # the index: accepted ids, tokens (per language), splits, speakers
         except CacheError as err:
@@ -181,8 +180,6 @@ class WavSource:
         return tf.ensure_shape(self.frontend.in_graph(waveform), [None, self.n_mels])  # [frames, n_mels]
 
     def parse(self, row: tf.Tensor) -> dict[str, tf.Tensor]:
-        from myxtts.audio import tf_load_wav
-
         waveform = tf_load_wav(tf.gather(self.paths, row), self.sample_rate)  # [samples]
         mel = self.mel_stats.normalize(self._mel(waveform))  # [frames, n_mels]
         element = {"tokens": self.tokens[row], "mel": mel}
@@ -191,8 +188,6 @@ class WavSource:
         return element
 
     def reference_mel(self, row: tf.Tensor, frames: int, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        from myxtts.audio import tf_load_wav
-
         waveform = tf_load_wav(tf.gather(self.paths, row), self.sample_rate)  # [samples]
         length = tf.gather(tf.constant(self.mel_lengths), row)
         start = crop_start(length, frames, seed)

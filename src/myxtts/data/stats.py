@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from myxtts.data.buckets import TEXT_MULTIPLE, BucketParams, plan_buckets
+from myxtts.data.cache import FeatureCache
 from myxtts.errors import InputError
 
 PERCENTILES = (50, 90, 95, 99)
@@ -68,8 +69,6 @@ def length_stats(text_lengths: Sequence[int], mel_lengths: Sequence[int], params
 
 def cache_stats(cfg: Any, shapes: int | None = None) -> dict[str, Any]:
     """``length_stats`` of the prepared cache of ``cfg`` (all splits); raises CacheError if none."""
-    from myxtts.data.cache import FeatureCache
-
     cache = FeatureCache.load(cfg, lengths_only=True)
     report = length_stats(cache.token_lengths, cache.mel_lengths, BucketParams.from_config(cfg.data),
                           shapes=shapes, reduction_factor=cfg.model.reduction_factor)

@@ -32,6 +32,7 @@ import soundfile
 
 from myxtts.durable import write_durably
 from myxtts.errors import InputError
+from myxtts.outputs import check_corpus_folder, path_in_folder, safe_file_name
 
 MARKER_FILE = "transcribed.json"
 SENTENCE_END = re.compile(r"[.!?]['\")\]]*$")
@@ -134,8 +135,6 @@ def segment_recording(name: str, words: Sequence, duration: float, min_seconds: 
 def check_out_dir(out_dir: Path) -> None:
     """A new or empty folder, or this command's earlier output (``outputs.check_corpus_folder``; its
     ``transcribed.json`` says so); anything else is refused, naming what is there."""
-    from myxtts.outputs import check_corpus_folder
-
     check_corpus_folder(out_dir, "corpus transcribe", earlier=lambda folder: (folder / MARKER_FILE).is_file())
 
 
@@ -154,8 +153,6 @@ def transcribe_recordings(recordings: Sequence[str | Path], out_dir: str | Path,
                           min_seconds: float = 2.0, max_seconds: float = 10.0, min_confidence: float = 0.5,
                           echo: Callable[[str], None] = print) -> TranscribeResult:
     """See the module docstring. ``listener``: a ``WhisperListener``."""
-    from myxtts.outputs import path_in_folder, safe_file_name
-
     if not 0.5 <= min_seconds < max_seconds:
         raise InputError(f"--min-seconds ({min_seconds}) must be at least 0.5 and below --max-seconds ({max_seconds}).")
     if not re.fullmatch(r"[\w.\-]+", speaker):

@@ -1,4 +1,6 @@
-"""Diagnostics: the retrace explainer (any TF program), `diagnose retracing` / `pipeline`, and lint.
+"""Diagnostics: the retrace explainer (any TF program), `diagnose pipeline`, the report of `diagnose retracing`
+(the check itself runs the trainer: ``myxtts.training.retracing_check``), and lint. Nothing here imports another
+package of myxtts but ``myxtts.errors``: training and synthesis both use the explainer.
 
 Public API::
 

@@ -1,5 +1,6 @@
-"""The report of `myxtts diagnose retracing` (``retracing_check.diagnose_retracing``): findings with a severity,
-key path, message and fix; traces per function; step-time statistics; text and JSON forms; the exit code CI gates on.
+"""The report of `myxtts diagnose retracing` (``myxtts.training.retracing_check.diagnose_retracing``): findings
+with a severity, key path, message and fix; traces per function; step-time statistics; text and JSON forms; the exit
+code CI gates on.
 """
 
 from __future__ import annotations

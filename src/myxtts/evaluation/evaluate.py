@@ -31,12 +31,17 @@ import tensorflow as tf
 
 from myxtts.audio import load_audio
 from myxtts.config import Config
+from myxtts.data.cache import read_manifest
 from myxtts.data.corpus import CorpusEntry, read_config_corpus, read_corpus
+from myxtts.data.splits import validation_ids
 from myxtts.errors import InputError
 from myxtts.evaluation.metrics import attention_diagonality, focus_rate, mel_cepstral_distortion
+from myxtts.evaluation.plots import plot_alignment, plot_mel_comparison
 from myxtts.machine import machine
+from myxtts.outputs import path_in_folder, safe_file_name
 from myxtts.synthesis.synthesizer import Synthesizer
 from myxtts.synthesis.teacher_forcing import TeacherForced, TeacherForcing
+from myxtts.vocoder.neural import load_vocoder
 
 SUMMARY_KEYS = ("mcd_dtw_db", "teacher_forced_mel_l1", "duration_error", "aligner_focus_rate", "aligner_diagonality",
                 "real_time_factor", "length_ratio", "cut_at_maximum")
@@ -55,9 +60,6 @@ def corpus_entries(cfg: Config, data: str | os.PathLike | None) -> tuple[list[Co
             first = f"; the first line refused: {read.rejections[0].message}" if read.rejections else "."
             raise InputError(f"No usable clip in {path} (format {corpus_format}){first}")
         return read.entries, read.entries, f"corpus {path}"
-    from myxtts.data.cache import read_manifest
-    from myxtts.data.splits import validation_ids
-
     entries = read_config_corpus(cfg).entries
     manifest = read_manifest(cfg.cache_dir)
     if manifest is not None and manifest.get("splits", {}).get("validation"):
@@ -107,8 +109,6 @@ def pitch_fit(forced: TeacherForced, pitch_variation: float) -> dict[str, float]
 def evaluate(synthesizer: Synthesizer, entries: list[CorpusEntry], pool: list[CorpusEntry],
              plots_dir: str | os.PathLike | None = None) -> list[dict[str, Any]]:
     """Metrics per clip (see the module docstring)."""
-    from myxtts.evaluation.plots import plot_alignment, plot_mel_comparison
-
     rate = synthesizer.sample_rate
     teacher = TeacherForcing(synthesizer)
     items = []
@@ -144,8 +144,6 @@ def evaluate(synthesizer: Synthesizer, entries: list[CorpusEntry], pool: list[Co
 def plot_path(plots_dir: str | os.PathLike, utterance_id: str, kind: str) -> Path:
     """Where the ``kind`` plot of a clip goes: ``PLOTS/<safe id>_<kind>.png``, inside ``plots_dir`` whatever the id
     (a list corpus' id is its path as written, ``../x.wav`` or ``/abs/x.wav`` too)."""
-    from myxtts.outputs import path_in_folder, safe_file_name
-
     return path_in_folder(plots_dir, f"{safe_file_name(utterance_id)}_{kind}.png")
 
 
@@ -166,8 +164,6 @@ def evaluate_run(run_dir: str | os.PathLike, data: str | os.PathLike | None = No
     """The evaluation report (JSON-ready): summary means, per-clip items, run / machine description. ``vocoder``: a
     neural vocoder directory or ``griffin-lim`` for the audio; None: the run's own (``RUN/vocoder``) when it has
     one, else Griffin-Lim (a given ``synthesizer`` keeps its own)."""
-    from myxtts.vocoder.neural import load_vocoder
-
     if synthesizer is None:  # an overlong prediction is a finding of the report (cut_at_maximum), not a stop
         synthesizer = Synthesizer.from_run(run_dir, config=config, truncate_long=True, vocoder=vocoder)
     elif vocoder is not None:

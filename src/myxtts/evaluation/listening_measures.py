@@ -172,7 +172,7 @@ def speaker_embedding(waveform: np.ndarray, sample_rate: int) -> np.ndarray:
     colour, not the words), then median and spread of log F0 and the voiced share (pitch). Compare
     embeddings after standardising each dimension over a set of voices (``speaker_match`` does).
     """
-    from myxtts.evaluation.metrics import log_mel, mel_cepstrum
+    from myxtts.evaluation.metrics import log_mel, mel_cepstrum  # imports TensorFlow: transcription needs none
 
     samples = np.asarray(waveform, dtype=np.float32)
     if samples.ndim != 1 or samples.size < _PITCH_FRAME:

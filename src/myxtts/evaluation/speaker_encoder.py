@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 import soxr
 
+from myxtts.config import AudioConfig
 from myxtts.errors import SetupError
 
 SPEAKER_ENCODER_RATE = 16000  # Resemblyzer's GE2E encoder: 40-band mels of 16 kHz audio
@@ -166,8 +167,8 @@ def reference_similarity(references: Sequence[np.ndarray], sample_rate: int, aud
     if not griffin_lim:
         return ReferenceSimilarity(real_scores, None)
 
+    # both import TensorFlow: only the Griffin-Lim resynthesis needs it, the similarity of clips alone does not
     from myxtts.audio import MelFrontend
-    from myxtts.config import AudioConfig
     from myxtts.vocoder import GriffinLim
 
     audio = AudioConfig() if audio_cfg is None else audio_cfg

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from myxtts.evaluation import listening_measures, whisper_listener
 from myxtts.evaluation.plots import plot_alignment
 
 
@@ -63,8 +64,6 @@ def check_speech(synthesizer: Any, texts: Sequence[str], reference: Any,
     ``recordings``: the real waveforms of the same texts at the synthesizer's sample rate (None entries for
     texts without one), for the recognizer's ceiling. ``listen``: use the recognizers that are installed.
     """
-    from myxtts.evaluation import listening_measures, whisper_listener
-
     sample_rate = synthesizer.cfg.audio.sample_rate
     results = synthesizer.synthesize(list(texts), reference)
     use_recognizer = listen and listening_measures.recognizer_available()

@@ -9,9 +9,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from myxtts.data.cache import MANIFEST_FILE
+from myxtts import __version__
+from myxtts.cache_files import JOURNAL_FILE, MANIFEST_FILE
 from myxtts.durable import write_durably
-from myxtts.data.journal import JOURNAL_FILE
 from myxtts.errors import InputError
 from myxtts.run_dir import RunDir
 
@@ -77,8 +77,6 @@ def write_marker(folder: str | Path, command: str, kind: str) -> None:
     """Mark ``folder`` as made by ``command`` as ``kind`` (durably: it decides what may ever replace the folder)."""
     if kind not in KINDS:
         raise ValueError(f"Unknown output kind {kind!r}: use one of {KINDS}.")
-    from myxtts import __version__
-
     write_durably(Path(folder) / MARKER, json.dumps({"command": command, "kind": kind, "myxtts": __version__},
                                                     indent=1))
 

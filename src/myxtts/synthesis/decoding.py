@@ -28,8 +28,8 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.errors import InputError
-from myxtts.diagnostics.tf_warning import first_trace_expected
-from myxtts.model.durations import durations_from_log
+from myxtts.diagnostics.tf_warning import expected_traces, first_trace_expected
+from myxtts.model.durations import alignment_from_durations, durations_from_log
 
 MEL_BUCKET_MULTIPLE = 128  # frames; coarser than TEACHER_FORCED_FRAME_MULTIPLE: every bucket is warmed up
 
@@ -78,8 +78,6 @@ class CompiledDecoder:
                 tf.pad(durations, [[0, 0], [0, pad]]))  # [B, max_text]
 
     def _decode(self, text, durations, latents, frames: int):
-        from myxtts.model.durations import alignment_from_durations
-
         hard = alignment_from_durations(durations, frames)  # [B, frames, max_text]
         mel_lengths = tf.minimum(tf.reduce_sum(durations, axis=1), frames)
         dtype = self.model.compute_dtype
@@ -169,8 +167,6 @@ class CompiledDecoder:
         """Trace and run once the latents function, every duration function of ``text_buckets`` and every decode
         function (TF's frequent-tracing warning is silenced: one trace per bucket of the same method is the
         design)."""
-        from myxtts.diagnostics.tf_warning import expected_traces
-
         ones = tf.ones([batch_size], tf.int32)
         text = tf.zeros([batch_size, self.max_text_length, self.d_model])
         durations = tf.zeros([batch_size, self.max_text_length], tf.int32)

@@ -12,8 +12,8 @@ composes a feature extractor, a backbone and a head:
 - ``vocode(result)``: a result's mel -> its waveform.
 
 ``Synthesizer`` (``synthesis.synthesizer``) composes them into its entries (``synthesize``, ``synthesize_long``,
-``voice``); the server's engine (``synthesis.serving``) batches pieces of many requests through ``split``, ``encode``
-and ``decode_tokens`` itself; the trainer's listener holds tokens and reference mels from the feature cache and
+``voice``); the server's engine (``synthesis.serving``) splits each request's text with ``text_split.split_speakable``
+(bounded and cancellable, as ``split``) and batches the pieces of many requests through ``decode_tokens`` itself; the trainer's listener holds tokens and reference mels from the feature cache and
 calls ``latents``, ``decode_tokens`` and ``vocode``; teacher forcing reads ``encode`` and ``reference_mel``.
 
 The model reads and writes normalised log mels (``myxtts.data.mel_stats``: per-bin ``(log_mel - mean) / std`` of the
@@ -37,8 +37,8 @@ from myxtts.data.mel_stats import MelStats, reference_crop, reference_windows
 from myxtts.model import TTSModel
 from myxtts.synthesis.decoding import CompiledDecoder
 from myxtts.synthesis.lengths import LengthPolicy
-from myxtts.synthesis.text_split import TextPiece, split_text
-from myxtts.text import PAD_ID, TextError, Vocabulary
+from myxtts.synthesis.text_split import TextPiece, TokenBudget, split_speakable
+from myxtts.text import PAD_ID, Vocabulary
 from myxtts.vocoder import GriffinLim, Vocoder
 
 Reference = "str | os.PathLike | np.ndarray"  # a clip's path (any audio format) or a waveform at audio.sample_rate
@@ -118,31 +118,8 @@ class SynthesisEngine:
         "...") are left out; any other piece that cannot be encoded (words in a script the vocabulary does not know)
         is a ``TextError`` naming it, never dropped; a word too long for any piece is an ``UnsplittableTextError``."""
         scale = self.length_scale if length_scale is None else length_scale
-        budget = self.lengths.piece_token_budget(scale)
-
-        def fits(piece: str) -> bool:
-            try:
-                return len(self.text_processor.encode(piece)) <= budget
-            except TextError:  # nothing to pronounce on its own: never a reason to cut
-                return True
-
-        pieces = []
-        for piece in split_text(text, fits):
-            try:
-                self.text_processor.encode(piece.text)
-            except TextError as err:
-                if not any(char.isalnum() for char in piece.text):
-                    continue  # punctuation alone: nothing to say, nothing lost
-                if err.reason == "unpronounceable":  # names the characters
-                    raise TextError(err.reason, f"The piece {piece.text[:80]!r} cannot be spoken: {err}") from None
-                raise TextError(err.reason, f"The piece {piece.text[:80]!r} cannot be spoken by this model: it has no "
-                                "character its vocabulary can say (after normalisation only unknown characters or "
-                                "punctuation remain: another language or script?). Transliterate or remove "
-                                "it.") from None
-            pieces.append(piece)
-        if not pieces:
-            self.text_processor.encode(text)  # raises the TextError that says why
-        return pieces
+        budget = TokenBudget(self.text_processor.encode_many, self.lengths.piece_token_budget(scale))
+        return split_speakable(text, budget)[0]
 
     # ---- voices ----------------------------------------------------------------------------------
     def reference_mel(self, reference: Reference) -> tuple[np.ndarray, int]:

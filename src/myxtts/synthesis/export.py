@@ -28,9 +28,13 @@ import tensorflow as tf
 from myxtts.audio import MelFrontend, sharpen_across_bins
 from myxtts.config import Config
 from myxtts.data.mel_stats import MelStats
+from myxtts.data.run_features import load_run_mel_stats
 from myxtts.model.durations import alignment_from_durations, durations_from_log
+from myxtts.outputs import EXPORT, check_output_folder, write_staged
+from myxtts.run_dir import checkpoint_step, latest_checkpoint
+from myxtts.synthesis.loading import load_model_from_run
 from myxtts.vocoder import GriffinLim, Vocoder
-from myxtts.vocoder.neural import NeuralVocoder
+from myxtts.vocoder.neural import NeuralVocoder, choose_vocoder, load_vocoder
 
 ASSETS = ("vocab.json", "mel_stats.json", "export.json")
 SPEED_RANGE = (0.25, 4.0)  # the synthesize signature clamps its speed to this range (serve refuses outside it)
@@ -138,11 +142,6 @@ def export_run(run_dir: str | Path, out_dir: str | Path, config: str | Path | No
     cache, nor a folder that holds or lies inside one of them (``outputs.check_output_folder``, checked before anything
     is loaded). The export is written beside it and swapped in only once complete, so a failure leaves ``out_dir`` as
     it was."""
-    from myxtts.run_dir import checkpoint_step, latest_checkpoint, load_run_mel_stats
-    from myxtts.synthesis.loading import load_model_from_run
-    from myxtts.outputs import EXPORT, check_output_folder, write_staged
-    from myxtts.vocoder.neural import choose_vocoder, load_vocoder
-
     out_dir = Path(out_dir)
     check_output_folder(out_dir, run_dir, "export", EXPORT, force)
     checkpoint = latest_checkpoint(run_dir)  # resolved once: the weights and export.json name the same step

@@ -17,10 +17,16 @@ mistyped fields, empty input, input over ``max_characters`` or ``max_pieces`` (4
 speed out of range, text the model cannot say (400), too many requests in flight or pieces queued (429 with
 Retry-After; ``server_limits.py``).
 
-The audio is sent by ``AudioResponse``: it awaits each piece on the event loop (no worker thread is held while a
-stream waits), gives each send ``send_timeout`` seconds (a client that stops reading is dropped) and watches for
-the client leaving; either way the stream is cancelled and its remaining pieces freed. Each accepted request gets
-an id (``X-Request-Id``) that every log line about it names. A failure after the headers (an engine error, a piece
+The text work runs in a worker thread while the route watches for the client leaving (``engine.submit``'s
+``cancelled``: the work stops at its next front-end pass). The audio is sent by ``AudioResponse``: it awaits each
+piece on the event loop (no worker thread is held while a stream waits), gives each send ``send_timeout`` seconds
+and the whole request ``request_timeout`` (a client that stops reading, or reads a little at a time, is dropped) and
+watches for the client leaving; either way the stream is cancelled and its remaining pieces freed, and a client too
+slow to read has its connection aborted (``head_deadline_protocol`` puts the hook in the scope's extensions), which
+frees what uvicorn's buffer still holds for it. A piece's bytes count as unsent (``max_unsent_bytes``) until the
+send after it returns: uvicorn waits before each send until the connection's buffer is below its high-water mark,
+so by then the piece has left the process but for at most that mark. Each accepted request gets an id
+(``X-Request-Id``) that every log line about it names. A failure after the headers (an engine error, a piece
 that never comes, a cancel) ends the response without its final chunk and closes the connection: the client sees
 the chunked transfer cut, never a clean end of a truncated WAV.
 
@@ -35,18 +41,23 @@ engine.
 import asyncio
 import logging
 import math
+import threading
+import time
 import uuid
 from typing import Any
 
+from myxtts.synthesis.admission import EngineBusyError, SpeechRequestError
 from myxtts.synthesis.http_guard import SameOriginGuard, allowed_hosts_for
-from myxtts.synthesis.serving import (PIECE_READY_TIMEOUT, EngineBusyError, SpeechEngine, SpeechRequestError,
-                                      SpeechStream, wav_header)
+from myxtts.synthesis.serving import PIECE_READY_TIMEOUT, SpeechEngine
+from myxtts.synthesis.speech_stream import SpeechStream, wav_header
 
 FORMATS = {"wav": "audio/wav", "pcm": "audio/pcm"}
 LOG = logging.getLogger("myxtts.serve")
 # seconds the streams in flight may take to finish after SIGTERM (under the 30 s a container orchestrator such as
 # Kubernetes waits by default before it kills)
 DEFAULT_SHUTDOWN_GRACE = 20.0
+# the scope extension under which head_deadline_protocol offers the connection's abort (uvicorn's transport.abort)
+ABORT_EXTENSION = "myxtts.abort_connection"
 
 
 def _error(status: int, message: str, param: str | None = None, kind: str = "invalid_request_error",
@@ -61,6 +72,10 @@ class BodyTooLarge(ValueError):
     pass
 
 
+class SlowClientError(TimeoutError):
+    """A client that did not take a piece within ``send_timeout``."""
+
+
 async def _read_body(request: Any, max_bytes: int) -> bytes:
     """The request body, refused as soon as it passes ``max_bytes`` (a chunked body has no Content-Length)."""
     parts, size = [], 0
@@ -70,6 +85,13 @@ async def _read_body(request: Any, max_bytes: int) -> bytes:
             raise BodyTooLarge(size)
         parts.append(part)
     return b"".join(parts)
+
+
+async def _wait_for_disconnect(receive: Any) -> None:
+    """Returns once the client has gone (uvicorn answers every receive after the body with ``http.disconnect``
+    when it has; a cancelled wait consumes nothing)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _call_from_thread(loop: asyncio.AbstractEventLoop, callback) -> None:
@@ -97,20 +119,24 @@ def _response_class():
             try:
                 await asyncio.wait_for(send(message), self.send_timeout)
             except asyncio.TimeoutError:
-                raise TimeoutError(f"the client took more than {self.send_timeout} s to take a piece") from None
+                raise SlowClientError(f"the client took more than {self.send_timeout} s to take a piece") from None
 
         async def _watch_disconnect(self, receive: Any) -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
+            await _wait_for_disconnect(receive)
             self.stream.cancel()  # wakes the sender, frees the pieces
 
         async def _pump(self, send: Any) -> None:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             if self.prefix:
                 await self._send_chunk(send, self.prefix)
+            previous = 0  # bytes of the audio chunk handed to uvicorn last
             while (chunk := await self.stream.next_chunk(PIECE_READY_TIMEOUT)) is not None:
                 await self._send_chunk(send, chunk)
+                self.stream.sent(previous)  # this send first waited for the chunk before to leave (module docstring)
+                previous = len(chunk)
             if not self.stream.cancelled:
+                await self._send_chunk(send, b"")  # sends nothing once the last chunk has left
+                self.stream.sent(previous)
                 await self._send_chunk(send, b"", more=False)
 
         async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -120,8 +146,13 @@ def _response_class():
             # a cancel from anywhere (the client left, the shutdown's grace ran out) also ends a send that is
             # blocked on a client that does not read
             self.stream.when_cancelled(lambda: _call_from_thread(loop, pump.cancel))
+            remaining = self.stream.deadline - time.monotonic()  # inf for a stream without a deadline
             try:
-                await asyncio.wait({pump})
+                finished, _ = await asyncio.wait({pump}, timeout=max(0.0, remaining) if remaining < math.inf else None)
+                if not finished:  # past request_timeout: ended, its queued pieces dropped
+                    self.stream.expire()
+                    pump.cancel()
+                    await asyncio.wait({pump})
             finally:
                 watcher.cancel()
                 pump.cancel()
@@ -130,7 +161,13 @@ def _response_class():
             for index in self.stream.cut:  # served, but not all of it: say which text was cut
                 LOG.warning("request %s: piece %d (%r) was predicted longer than data.max_mel_frames and is cut "
                             "there", self.request_id, index, self.stream.pieces[index].text[:60])
-            if not pump.cancelled() and pump.exception() is not None:  # a slow client, a stuck or failed engine
+            slow = self.stream.expired or (not pump.cancelled() and isinstance(pump.exception(), SlowClientError))
+            if slow and (abort := scope.get("extensions", {}).get(ABORT_EXTENSION)) is not None:
+                abort()  # what uvicorn still buffers for this client goes too
+            if self.stream.expired:
+                LOG.warning("request %s: stream ended %s at its request_timeout, its queued pieces dropped",
+                            self.request_id, done)
+            elif not pump.cancelled() and pump.exception() is not None:  # a slow client, a stuck or failed engine
                 LOG.warning("request %s: stream cut %s: %s", self.request_id, done, pump.exception())
             elif pump.cancelled() or self.stream.taken() < len(self.stream.pieces):
                 LOG.info("request %s: stream cancelled %s (the client left or the server is shutting down)",
@@ -175,7 +212,7 @@ def create_app(engine: SpeechEngine, allowed_hosts: tuple[str, ...] | None = Non
                 "compiles_after_warmup": engine.compiles_after_warmup(),
                 "queued_pieces": engine.queued(), "backlog": engine.backlog(), "pieces_served": engine.served,
                 "pieces_dropped": engine.dropped, "pieces_vocoded_after_cancel": engine.vocoded_after_cancel,
-                "pieces_cut": engine.cut,
+                "pieces_cut": engine.cut, "requests_timed_out": engine.timed_out,
                 "max_characters": limits.max_characters, "limits": limits.as_dict()}
 
     def too_large(size: str) -> Any:
@@ -213,13 +250,23 @@ def create_app(engine: SpeechEngine, allowed_hosts: tuple[str, ...] | None = Non
         if body.response_format not in FORMATS:
             return _error(400, f"response_format {body.response_format!r} is not supported; use one of "
                                f"{sorted(FORMATS)}.", "response_format")
+        left = threading.Event()  # set once the client has gone: the text work stops at its next front-end pass
+        work = asyncio.ensure_future(run_in_threadpool(engine.submit, body.input, body.voice, body.speed, left.is_set))
+        watcher = asyncio.ensure_future(_wait_for_disconnect(request.receive))
+        await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        watcher.cancel()
+        if watcher.done() and not watcher.cancelled():
+            left.set()
         try:
-            stream = await run_in_threadpool(engine.submit, body.input, body.voice, body.speed)
+            stream = await work
         except EngineBusyError as err:
             return _error(429, str(err), kind="requests", code="rate_limit_exceeded",
                           headers={"Retry-After": str(err.retry_after)})
         except SpeechRequestError as err:
             return _error(err.status, str(err), err.param)
+        if left.is_set():  # the work ended just as the client went: nobody takes the audio
+            stream.cancel()
+            return _error(400, "The client left before its audio started.")
         rate, request_id = engine.synthesizer.sample_rate, f"req_{uuid.uuid4().hex[:24]}"
         headers = {"X-Sample-Rate": str(rate), "X-Pieces": str(len(stream.pieces)), "X-Request-Id": request_id}
         prefix = wav_header(rate) if body.response_format == "wav" else b""
@@ -229,7 +276,8 @@ def create_app(engine: SpeechEngine, allowed_hosts: tuple[str, ...] | None = Non
 
 
 def head_deadline_protocol(header_timeout: float) -> type:
-    """uvicorn's h11 protocol with a deadline on each request's head (``ServerLimits.header_timeout``).
+    """uvicorn's h11 protocol with a deadline on each request's head (``ServerLimits.header_timeout``), offering
+    each request's application the connection's abort (``ABORT_EXTENSION`` in the scope's extensions).
 
     uvicorn has no timeout covering a request's arrival: its keep-alive timer only runs between requests and is
     reset by every byte received, so a client sending its headers one byte a second holds a connection for as long
@@ -254,6 +302,8 @@ def head_deadline_protocol(header_timeout: float) -> type:
             super().handle_events()
             if not self.waiting_for_head():
                 self.disarm_head_deadline()
+            if self.cycle is not None:  # the response of a client too slow to read aborts the connection with it
+                self.cycle.scope.setdefault("extensions", {})[ABORT_EXTENSION] = self.transport.abort
 
         def connection_lost(self, exc: Exception | None) -> None:
             self.disarm_head_deadline()

@@ -16,6 +16,7 @@ import numpy as np
 
 from myxtts.errors import InputError
 from myxtts.config import Config
+from myxtts.data.cache import FeatureCache
 
 DEFAULT_TYPICAL_FRAMES_PER_TOKEN = 5.2  # the median of the bundled clips (characters at hop 256)
 PIECE_MARGIN = 1.3  # a split text's piece may take this much more than the typical frames per token
@@ -39,8 +40,6 @@ class LengthPolicy:
         """The typical ratio from the config's prepared cache when it is usable, else the LJSpeech default."""
         typical, source = DEFAULT_TYPICAL_FRAMES_PER_TOKEN, "defaults (no usable cache)"
         try:
-            from myxtts.data.cache import FeatureCache
-
             cache = FeatureCache.load(cfg, lengths_only=True)
             if len(cache):
                 typical = float(np.median(cache.mel_lengths / np.maximum(cache.token_lengths, 1)))

@@ -1,20 +1,26 @@
 """Restore (config, model, vocabulary, mel statistics) from a run directory or a checkpoint + config, and write
-one (``save_run``, ``pack_run``). The run directory's layout and readers: ``myxtts.run_dir``."""
+one (``save_run``, ``pack_run``). The run directory's layout: ``myxtts.run_dir``; its vocabulary and mel statistics:
+``myxtts.data.run_features``."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
-from myxtts.config import Config, load_config
+from myxtts.config import Config, load_config, save_config
 from myxtts.data.mel_stats import MelStats
+from myxtts.data.run_features import check_n_mels, find_mel_stats, find_vocabulary, load_run_mel_stats
 from myxtts.model import TTSModel
 from myxtts.model.restore import restore_model
-from myxtts.run_dir import (RunDir, RunError, check_n_mels, checkpoint_step, find_mel_stats, find_vocabulary,
-                            latest_checkpoint, load_run_mel_stats, relative_config_paths)
+from myxtts.outputs import OWN_VOCODER, PACKED_MODEL, PACKED_VOCODER, check_output_folder, write_marker, write_staged
+from myxtts.run_dir import RunDir, RunError, checkpoint_step, latest_checkpoint, relative_config_paths
 from myxtts.text import Vocabulary
+from myxtts.vocoder.neural import GRIFFIN_LIM, choose_vocoder
+from myxtts.vocoder.packing import check_vocoder_for, write_vocoder_pack
 
 __all__ = ["RunError", "latest_checkpoint", "load_model_from_checkpoint", "load_model_from_run", "pack_run",
            "relative_config_paths", "save_run"]
@@ -52,8 +58,6 @@ def save_run(run_dir: str | Path, cfg: Config, model: TTSModel, vocabulary: Voca
 
     Used by tests and benchmarks to synthesize from a freshly built model without training.
     """
-    from myxtts.config import save_config
-
     run_dir = Path(run_dir)
     if mel_stats is None:
         mel_stats = find_mel_stats(cfg)
@@ -70,8 +74,6 @@ def save_run(run_dir: str | Path, cfg: Config, model: TTSModel, vocabulary: Voca
 
 def _portable(path: Path) -> str:
     """A path inside the current folder (a repository) relative to it, so a shipped record names no machine."""
-    import os
-
     resolved = path.resolve()
     return os.path.relpath(resolved, Path.cwd()) if resolved.is_relative_to(Path.cwd().resolve()) else str(resolved)
 
@@ -89,13 +91,6 @@ def pack_run(run_dir: str | Path, out_dir: str | Path, force: bool = False,
 
     ``vocoder``: the packed model's own vocoder (``OUT/vocoder``): a vocoder directory, ``griffin-lim`` for none, or
     None for the run's own if it has one (``vocoder.neural.choose_vocoder``)."""
-    import shutil
-
-    from myxtts.outputs import (OWN_VOCODER, PACKED_MODEL, PACKED_VOCODER, check_output_folder, write_marker,
-                                write_staged)
-    from myxtts.vocoder.neural import GRIFFIN_LIM, choose_vocoder
-    from myxtts.vocoder.packing import check_vocoder_for, write_vocoder_pack
-
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     check_output_folder(out_dir, run_dir, "pack", PACKED_MODEL, force)
     own_vocoder = choose_vocoder(vocoder, run_dir)

@@ -15,6 +15,11 @@
                             Retry-After when a request would take the backlog beyond it
     send_timeout            seconds one piece's audio may take to reach a client: a client that stops reading is
                             dropped and its remaining pieces freed
+    request_timeout         seconds a request may take in all, from its body's arrival to its last byte (text work,
+                            queueing and streaming): a stream past it is ended, its queued pieces dropped (a client
+                            that reads a little at a time, each piece within send_timeout, holds a stream no longer)
+    max_unsent_bytes        bytes of audio the streams may hold not yet sent, all requests together: a request whose
+                            worst case would pass it gets 429 with Retry-After before it starts (``admission.py``)
 """
 
 from __future__ import annotations
@@ -40,13 +45,18 @@ class ServerLimits:
     # open connections at once (uvicorn's limit_concurrency, answered 503 above it): each idle one holds a file
     # descriptor for header_timeout, so a flood cannot exhaust the process' descriptors (1,024 by default)
     max_connections: int = 512
+    # five minutes: about the audio of max_characters at speed 1, for a client that reads at the pace it plays (a
+    # longer or slower request read so needs more)
+    request_timeout: float = 300.0
+    # 256 MiB: max_queued_pieces pieces of the shipped model's longest (data.max_mel_frames) fit in it
+    max_unsent_bytes: int = 268435456
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_characters", "max_pieces", "max_requests_in_flight",
-                     "max_queued_pieces", "max_connections"):
+                     "max_queued_pieces", "max_connections", "max_unsent_bytes"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise InputError(f"Server limit {name} must be a positive whole number, got {getattr(self, name)!r}.")
-        for name in ("header_timeout", "body_timeout", "send_timeout"):
+        for name in ("header_timeout", "body_timeout", "send_timeout", "request_timeout"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise InputError(f"Server limit {name} must be a positive number of seconds, got {value!r}.")

@@ -14,41 +14,45 @@ The vocoder queue is bounded: a batch is decoded only while fewer than ``batch_s
 so the backlog sits undecoded in the priority queue, where a new request's first piece can still go ahead of it
 and a cancel drops it for nothing (Griffin-Lim is most of the time of a piece).
 
-The engine is bounded by ``ServerLimits`` (``server_limits.py``): a request over ``max_characters`` or
-``max_pieces`` is refused before anything is queued, and one that would pass ``max_requests_in_flight`` or
-``max_queued_pieces`` gets ``EngineBusyError`` with a Retry-After estimated from the backlog and the measured
-seconds per piece. The backlog is counted where it really sits: pending (not yet decoded), decoding, vocoding
-(queued for the vocoder or being vocoded). A cancelled stream (the client went away or stopped reading) has its
-pieces dropped at every stage: pending and vocoder-queue pieces at once, a piece in the batch being decoded when
-the batch ends, and every piece is checked again just before it is vocoded; each stream counts the pieces decoded
-and vocoded for it (``SpeechStream.decoded`` / ``vocoded``). Nothing here knows about HTTP (``synthesis/http.py``).
+The engine is bounded by ``ServerLimits`` (``server_limits.py``) through its ``Admission`` (``admission.py``): a
+request over ``max_characters`` is refused before any text work; one that would pass ``max_requests_in_flight``
+(counting the requests being split) or ``max_queued_pieces`` gets ``EngineBusyError`` with a Retry-After estimated
+from the backlog and the measured seconds per piece, before its text work and again once its pieces are known, with
+the worst case of its audio against ``max_unsent_bytes``. The text work (``admission.split_request``)
+is linear in the text, stops as soon as ``max_pieces`` is passed, holds no lock of its own (the espeak-ng library
+is locked for each front-end pass only) and checks before every pass whether its client has left or its
+``request_timeout`` has run out. The backlog is counted where it really sits: pending (not yet decoded), decoding,
+vocoding (queued for the vocoder or being vocoded). A cancelled stream (the client went away, stopped reading or ran
+past its time) has its pieces dropped at every stage: pending and vocoder-queue pieces at once, a piece in the batch
+being decoded when the batch ends, and every piece is checked again just before it is vocoded; each stream counts
+the pieces decoded and vocoded for it (``SpeechStream.decoded`` / ``vocoded``). Nothing here knows about HTTP
+(``synthesis/http.py``).
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
-import math
 import os
 import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from myxtts.synthesis.lengths import TextTooLongError
+from myxtts.synthesis.admission import (Admission, AudioBound, EngineBusyError, EngineFailedError,
+                                        SpeechRequestError, split_request)
 from myxtts.synthesis.server_limits import ServerLimits
-from myxtts.synthesis.speech_stream import SpeechStream, to_pcm16
+from myxtts.synthesis.speech_stream import SpeechStream, to_pcm16, wav_header
 from myxtts.synthesis.synthesizer import Synthesizer
-from myxtts.synthesis.text_split import UnsplittableTextError
-from myxtts.text import TextError
+from myxtts.synthesis.text_split import TextPiece
 
 LOG = logging.getLogger("myxtts.serve")
 
-__all__ = ["EngineBusyError", "EngineFailedError", "SpeechEngine", "SpeechRequestError", "SpeechStream", "small_batch_sizes", "to_pcm16",
-           "wav_header"]
+__all__ = ["EngineBusyError", "EngineFailedError", "SpeechEngine", "SpeechRequestError", "SpeechStream",
+           "small_batch_sizes", "to_pcm16", "wav_header"]
 
 
 def small_batch_sizes(batch_size: int) -> list[int]:
@@ -59,34 +63,6 @@ def small_batch_sizes(batch_size: int) -> list[int]:
 
 # the longest wait for one piece's audio before its request fails (the engine is stuck or far behind)
 PIECE_READY_TIMEOUT = 300.0
-# Retry-After bounds, in seconds
-RETRY_AFTER_MIN, RETRY_AFTER_MAX = 1, 60
-
-
-class SpeechRequestError(ValueError):
-    """A request that cannot be served as asked (empty or oversized text, too many pieces, unknown voice, bad
-    speed, a word too long to split, text the language cannot pronounce); ``param`` names the field, ``status``
-    the HTTP status it maps to."""
-
-    def __init__(self, message: str, param: str | None, status: int = 400):
-        super().__init__(message)
-        self.param, self.status = param, status
-
-
-class EngineBusyError(SpeechRequestError):
-    """Too many requests in flight or pieces queued: 429, try again after ``retry_after`` seconds."""
-
-    def __init__(self, message: str, retry_after: int):
-        super().__init__(message, None, status=429)
-        self.retry_after = retry_after
-
-
-class EngineFailedError(SpeechRequestError):
-    """The engine's decoder or vocoder thread died (a bug or a broken runtime, not a request's fault): every request
-    fails with 503 until the server is restarted; ``/health`` says why."""
-
-    def __init__(self, message: str):
-        super().__init__(message, None, status=503)
 
 
 @dataclass
@@ -118,16 +94,6 @@ def _priority(request_number: int, index: int, ageing_step: int) -> tuple[int, i
     return request_number + ageing_step * index, request_number, index
 
 
-def wav_header(sample_rate: int, data_bytes: int = 0xFFFFFFFF - 36) -> bytes:
-    """A 44-byte mono 16-bit PCM WAV header; the default sizes say "until the stream ends" (streaming players and
-    soundfile read it)."""
-    import struct
-
-    return (b"RIFF" + struct.pack("<I", min(data_bytes + 36, 0xFFFFFFFF)) + b"WAVEfmt "
-            + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
-            + b"data" + struct.pack("<I", min(data_bytes, 0xFFFFFFFF)))
-
-
 class SpeechEngine:
     """Owns a ``Synthesizer``; ``submit`` from any thread, audio comes back on the stream."""
 
@@ -153,7 +119,7 @@ class SpeechEngine:
         self.voices = {}
         for name, clip in voices.items():
             self.voices[name] = Voice(name, synthesizer.voice(clip))  # AudioError naming the clip
-        self._text_lock = threading.Lock()  # the text front-end (espeak) is used by one thread at a time
+        self.admission = Admission(self.limits)
         self._pending: list[_Piece] = []  # heap: pieces not yet decoded
         self._to_vocode: list[_Piece] = []  # heap: decoded pieces waiting for a vocoder thread (bounded, see _take)
         self._requests = 0  # requests accepted so far: the arrival number in each piece's priority
@@ -168,7 +134,12 @@ class SpeechEngine:
         started = time.perf_counter()
         for size in self.batch_sizes:
             synthesizer.warm_up(batch_size=size)
-        self.vocode(np.zeros([2, synthesizer.cfg.audio.n_mels], np.float32))  # the vocoder's one graph too
+        # the vocoder's one graph too; its samples for 2 and 3 frames give its samples per frame, hence the most
+        # audio a piece can become (data.max_mel_frames: a longer one is cut there)
+        two, three = (len(self.vocode(np.zeros([frames, synthesizer.cfg.audio.n_mels], np.float32)))
+                      for frames in (2, 3))
+        self.audio_bound = AudioBound(max(0, two + (three - two) * (synthesizer.cfg.data.max_mel_frames - 2)),
+                                      synthesizer.sample_rate)
         self.warmup_seconds = time.perf_counter() - started
         self.compiles_at_warmup = self.compiles()
         self.served = 0  # pieces decoded
@@ -177,6 +148,7 @@ class SpeechEngine:
         # (at most one per vocoder thread per departure)
         self.vocoded_after_cancel = 0
         self.cut = 0  # pieces predicted longer than data.max_mel_frames, served cut at it
+        self.timed_out = 0  # requests ended at their request_timeout (``SpeechStream.expire``)
         self.vocoder_threads = vocoder_threads
         self._threads = [threading.Thread(target=self._guarded, args=(self._run,), name="myxtts-speech-engine",
                                           daemon=True)]
@@ -200,9 +172,11 @@ class SpeechEngine:
         return np.asarray(self.synthesizer.vocoder(log_mel), np.float32)
 
     # ---- requests -------------------------------------------------------------------------------------
-    def submit(self, text: str, voice: str, speed: float = 1.0) -> SpeechStream:
-        """Split and encode ``text``; raises ``SpeechRequestError`` (``EngineBusyError`` when over a backlog
-        limit, status 503 once the engine is closing) before anything is queued."""
+    def submit(self, text: str, voice: str, speed: float = 1.0,
+               cancelled: Callable[[], bool] | None = None) -> SpeechStream:
+        """Split and encode ``text``; raises ``SpeechRequestError`` (``EngineBusyError`` when over a limit, status
+        503 once the engine is closing) before anything is queued. ``cancelled``: asked before every front-end pass
+        of the text work, True once the client has left (the work stops there)."""
         if voice not in self.voices:
             raise SpeechRequestError(f"Unknown voice {voice!r}; this server has {sorted(self.voices)}.", "voice")
         if not text or not text.strip():
@@ -212,51 +186,64 @@ class SpeechEngine:
                                      f"{self.limits.max_characters}; send it in parts.", "input")
         if not 0.25 <= speed <= 4.0:
             raise SpeechRequestError(f"speed must be in [0.25, 4.0], got {speed}.", "speed")
-        with self._wake:
-            self._refuse_if_busy(0)  # before spending the text front-end on a request that would be refused
-        scale = 1.0 / speed
-        with self._text_lock:
-            try:
-                pieces = self.synthesizer.engine.split(text, length_scale=scale)
-                tokens = self.synthesizer.engine.encode([piece.text for piece in pieces])  # [tokens] int32 each
-            except (TextError, UnsplittableTextError, TextTooLongError) as err:
-                raise SpeechRequestError(f"The input cannot be spoken: {err}", "input") from None
-        if len(pieces) > self.limits.max_pieces:
-            raise SpeechRequestError(f"The input splits into {len(pieces)} pieces, more than this server's limit "
-                                     f"of {self.limits.max_pieces} per request; send it in parts.", "input")
-        stream = SpeechStream(pieces, self.synthesizer.sample_rate, on_finish=self._finished)
-        with self._wake:
-            self._refuse_if_busy(len(pieces))
-            self._in_flight.add(stream)
-            number, self._requests = self._requests, self._requests + 1
-            for index, ids in enumerate(tokens):
-                heapq.heappush(self._pending, _Piece(_priority(number, index, self.batch_size), stream, index, ids,
-                                                     self.voices[voice], scale))
-            self._wake.notify_all()
-        return stream
+        deadline = time.monotonic() + self.limits.request_timeout
+        with self._wake:  # a place in flight before spending the text front-end on the request
+            self._refuse_if_failed()
+            self.admission.admit_request(len(self._in_flight), self._backlog_locked(), self._seconds_per_piece())
+        queued = False
+        try:
+            scale = 1.0 / speed
+            pieces, tokens = self._split(text, scale, cancelled, deadline)
+            stream = SpeechStream(pieces, self.synthesizer.sample_rate, on_finish=self._finished,
+                                  reserved=[self.audio_bound.piece_bytes(piece.pause_after) for piece in pieces],
+                                  release=self.admission.unsent.release, deadline=deadline)
+            with self._wake:
+                queued = True  # admitted or refused below: no longer preparing either way
+                self.admission.admit_pieces(self._backlog_locked(), len(pieces), stream.unsent_bytes(),
+                                            self._seconds_per_piece())
+                self._in_flight.add(stream)
+                number, self._requests = self._requests, self._requests + 1
+                for index, ids in enumerate(tokens):
+                    heapq.heappush(self._pending, _Piece(_priority(number, index, self.batch_size), stream, index,
+                                                         ids, self.voices[voice], scale))
+                self._wake.notify_all()
+            return stream
+        finally:
+            if not queued:
+                with self._wake:
+                    self.admission.withdraw()
 
-    def _refuse_if_busy(self, new_pieces: int) -> None:
-        """429 when one more request or ``new_pieces`` more pieces would pass a limit, 503 once closing or failed
-        (the caller holds _wake)."""
+    def _split(self, text: str, scale: float, cancelled: Callable[[], bool] | None,
+               deadline: float) -> tuple[list[TextPiece], list[np.ndarray]]:
+        """The request's pieces and their tokens (``admission.split_request``), stopped at the first front-end pass
+        after its client left or its ``request_timeout`` ran out."""
+
+        def checkpoint() -> None:  # before each front-end pass
+            if cancelled is not None and cancelled():
+                raise SpeechRequestError("The client left while its text was being split.", None)
+            if time.monotonic() > deadline:
+                raise SpeechRequestError(f"The request's text work ran past its request_timeout "
+                                         f"({self.limits.request_timeout} s): the server is overloaded.", None, 503)
+            self._refuse_if_failed()
+
+        return split_request(self.synthesizer.engine, text, scale, self.limits.max_pieces, checkpoint)
+
+    def _refuse_if_failed(self) -> None:
+        """503 once the engine is closing or failed."""
         if self.failure is not None:
             raise EngineFailedError(f"This server's engine failed ({self.failure.splitlines()[0]}); it answers no "
                                     "request until it is restarted.")
         if self._closed:
             raise SpeechRequestError("This server is shutting down; retry on another.", None, status=503)
-        backlog = self._backlog_locked()
-        per_piece = max(self._decode_seconds, self._vocode_seconds / self.vocoder_threads)
-        retry_after = min(RETRY_AFTER_MAX, max(RETRY_AFTER_MIN, math.ceil(backlog * per_piece)))
-        if len(self._in_flight) >= self.limits.max_requests_in_flight:
-            raise EngineBusyError(f"This server already has {len(self._in_flight)} requests in flight (its limit); "
-                                  f"retry after {retry_after} s.", retry_after)
-        if backlog + new_pieces > self.limits.max_queued_pieces:
-            raise EngineBusyError(f"This server has {backlog} pieces queued; {new_pieces or 'more'} more would pass "
-                                  f"its limit of {self.limits.max_queued_pieces}; retry after {retry_after} s.",
-                                  retry_after)
+
+    def _seconds_per_piece(self) -> float:
+        """The pace of the slower stage (running averages; the vocoder's spread over its threads)."""
+        return max(self._decode_seconds, self._vocode_seconds / self.vocoder_threads)
 
     def _finished(self, stream: SpeechStream) -> None:
         with self._wake:
             self._in_flight.discard(stream)
+            self.timed_out += stream.expired
             if stream.cancelled:  # its queued pieces are freed now, not when a thread reaches them
                 for name in ("_pending", "_to_vocode"):
                     queue = getattr(self, name)
@@ -297,8 +284,9 @@ class SpeechEngine:
         with self._wake:
             return {"pending": len(self._pending), "decoding": self._decoding,
                     "vocoding": len(self._to_vocode) + self._vocoding_now,
-                    "requests_in_flight": len(self._in_flight),
-                    "ready_unsent": sum(stream.ready() for stream in self._in_flight)}
+                    "requests_in_flight": len(self._in_flight) + self.admission.preparing,
+                    "ready_unsent": sum(stream.ready() for stream in self._in_flight),
+                    "unsent_bytes": self.admission.unsent.bytes}
 
     # ---- the engine thread and the vocoder threads -----------------------------------------------------
     def _guarded(self, loop) -> None:

@@ -30,14 +30,16 @@ import numpy as np
 
 from myxtts.config import Config
 from myxtts.data.mel_stats import MelStats
+from myxtts.data.run_features import find_mel_stats, load_run_mel_stats
 from myxtts.model import TTSModel
-from myxtts.run_dir import find_mel_stats, latest_checkpoint, load_run_mel_stats
+from myxtts.run_dir import latest_checkpoint
 from myxtts.synthesis.engine import References, SynthesisEngine, SynthesisResult
 from myxtts.synthesis.lengths import LengthPolicy
 from myxtts.synthesis.loading import load_model_from_checkpoint, load_model_from_run
 from myxtts.synthesis.text_split import TextPiece
 from myxtts.text import Vocabulary
-from myxtts.vocoder import Vocoder
+from myxtts.vocoder import Vocoder, write_wav
+from myxtts.vocoder.neural import choose_vocoder, load_vocoder
 
 
 class _EngineAttribute:
@@ -221,8 +223,6 @@ def write_numbered_wavs(waveforms: Sequence[np.ndarray], out_dir: str | os.PathL
                         made_by: str | None = None) -> list[Path]:
     """Write ``numbered_wav_paths`` (16-bit PCM, each whole or not at all; ``made_by``: the command, tagged in each
     file as ``vocoder.write_wav`` does) in ``out_dir``, in order."""
-    from myxtts.vocoder import write_wav
-
     return [write_wav(path, waveform, sample_rate, made_by=made_by)
             for path, waveform in zip(numbered_wav_paths(len(waveforms), out_dir), waveforms)]
 
@@ -230,8 +230,6 @@ def write_numbered_wavs(waveforms: Sequence[np.ndarray], out_dir: str | os.PathL
 def _load_vocoder(vocoder: Vocoder | str | os.PathLike | None, run_dir: str | os.PathLike | None, cfg: Config,
                   acoustic_name: str) -> Vocoder:
     """A given ``Vocoder`` as it is; a directory, ``griffin-lim`` or None (the run's own, else Griffin-Lim) loaded."""
-    from myxtts.vocoder.neural import choose_vocoder, load_vocoder
-
     if isinstance(vocoder, Vocoder):
         return vocoder
     return load_vocoder(choose_vocoder(vocoder, run_dir), cfg.audio, acoustic_name)

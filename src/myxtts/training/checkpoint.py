@@ -19,6 +19,8 @@ from typing import Any
 import tensorflow as tf
 
 from myxtts.errors import ExpectedError, InputError
+from myxtts.model.restore import checkpoint_decoder_type, checkpoint_has_pitch, decoder_mismatch
+from myxtts.model.weight_average import checkpoint_has_average
 
 logger = logging.getLogger(__name__)
 
@@ -35,9 +37,6 @@ def check_resumable(directory: Path, latest: str, cfg: Any, adversarial: bool, w
     """Refuse to resume ``latest`` (a checkpoint in ``directory``) with a config whose model it cannot restore into:
     another decoder, pitch conditioning switched on or off, or the mel discriminator on (``adversarial``) where the run
     trained without one."""
-    from myxtts.model.restore import checkpoint_decoder_type, checkpoint_has_pitch, decoder_mismatch
-    from myxtts.model.weight_average import checkpoint_has_average
-
     problem = decoder_mismatch(f"{directory} (checkpoint {latest})", checkpoint_decoder_type(latest), cfg.model.decoder)
     if problem:
         raise WorkdirError(f"{problem} Or choose another --workdir.")

@@ -17,7 +17,11 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
+from myxtts.data.cache import FeatureCache
+from myxtts.data.corpus import read_config_corpus
 from myxtts.data.mel_stats import reference_crop
+from myxtts.evaluation import listening_measures
+from myxtts.synthesis import Synthesizer
 from myxtts.training.reporting import MetricsLog, summary_image
 
 
@@ -56,10 +60,6 @@ class Listener:
     def create(cls, cfg: Any, model: Any, vocabulary: Any, mel_stats: Any, pipeline: Any, chief: bool,
                echo: Callable[[str], None] = print) -> "Listener | None":
         """None without listen_sentences, validation split or chief, or under a distribution strategy."""
-        from myxtts.data.cache import FeatureCache
-        from myxtts.data.corpus import read_config_corpus
-        from myxtts.synthesis import Synthesizer
-
         t = cfg.training
         if not t.listen_sentences or not chief:
             return None
@@ -113,8 +113,6 @@ class Listener:
 
     def __call__(self, step: int, metrics: MetricsLog) -> dict[str, Any]:
         """Synthesise, vocode, transcribe and log the sentences; returns the metrics.jsonl record."""
-        from myxtts.evaluation import listening_measures
-
         started = time.perf_counter()
         sentences, synthesizer, rate = self.sentences, self.synthesizer, self.cfg.audio.sample_rate
         engine = synthesizer.engine  # its steps: the sentences are cached tokens and reference mels

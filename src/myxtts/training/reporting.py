@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.diagnostics import RetraceMonitor
+from myxtts.diagnostics.pipeline_timing import baseline_iterator, excess_lower_bound
 from myxtts.run_dir import RunDir
 
 
@@ -176,8 +177,6 @@ class StepTimer:
         return batch
 
     def _calibrate(self, batch: Any) -> None:
-        from myxtts.diagnostics.pipeline_timing import baseline_iterator
-
         try:
             self._baseline = baseline_iterator(batch, self.final_prefetch)
         except (TypeError, ValueError, tf.errors.OpError) as err:  # e.g. per-replica values of a strategy
@@ -195,8 +194,6 @@ class StepTimer:
     @property
     def corrected_input_wait(self) -> float:
         """Seconds waited beyond next()'s own cost, lower ~95% bound; the raw wait when not calibrated."""
-        from myxtts.diagnostics.pipeline_timing import excess_lower_bound
-
         if not self._baseline_waits or self._waits.count < 2:
             return self.input_wait
         error = math.sqrt(self._waits.variance / self._waits.count)

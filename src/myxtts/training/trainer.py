@@ -23,12 +23,18 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from myxtts.cache_files import VOCAB_FILE
 from myxtts.config import Config, save_config
+from myxtts.data.cache import corpus_summary
+from myxtts.data.pipeline import InputPipeline
 from myxtts.diagnostics.tf_warning import expected_traces
+from myxtts.durable import write_durably
 from myxtts.errors import ExpectedError
 from myxtts.locks import lock_cache_for_reading, lock_run_directory
+from myxtts.model import build_model, count_parameters
 from myxtts.outputs import RUN, check_workdir, read_marker, write_marker
 from myxtts.run_dir import RunDir
+from myxtts.text import Vocabulary
 from myxtts.training.checkpoint import Checkpoints, WorkdirError, check_resumable
 from myxtts.training.device_feed import DeviceFeed, default_device
 from myxtts.training.distribute import check_divisible, is_chief, make_strategy
@@ -41,6 +47,7 @@ from myxtts.training.stages import StagedRun, StopReason, TrainingClock, progres
 from myxtts.training.shape_keys import shape_key
 from myxtts.training.steps import TrainingSteps
 from myxtts.training.warm_start import freeze_modules, warm_start, warm_start_mel_stats
+from myxtts.vocoder import GriffinLim
 
 logger = logging.getLogger(__name__)
 
@@ -82,10 +89,6 @@ class Trainer(StagedRun):
                 write_marker(self.workdir, "train", RUN)
 
     def stage_data(self) -> None:
-        from myxtts.data.cache import VOCAB_FILE
-        from myxtts.data.pipeline import InputPipeline
-        from myxtts.text import Vocabulary
-
         # held while training: prepare cannot rewrite the cache under it (and a rebuild in progress is waited for)
         self.locks.append(lock_cache_for_reading(self.cfg.cache_dir, self.echo))
         replicas = self.strategy.num_replicas_in_sync  # bucket batches: replicas x a per-replica frame budget
@@ -106,8 +109,6 @@ class Trainer(StagedRun):
         self.iterator = iter(self.train_pipeline.dataset(repeat=True))
 
     def stage_model(self) -> None:
-        from myxtts.model import build_model, count_parameters
-
         with self.strategy.scope():
             self.model = build_model(self.cfg, len(self.vocabulary.symbols))
             # before the optimizer is built: it only ever sees the trainable variables
@@ -143,9 +144,6 @@ class Trainer(StagedRun):
             self.steps.weight_average.reset()  # the average starts at the weights the run starts from
         # only once the run directory has accepted this config: a refused resume or start keeps the run's own files
         if self.chief:
-            from myxtts.data.cache import corpus_summary
-            from myxtts.durable import write_durably
-
             run = RunDir(self.workdir)
             save_config(self.cfg, run.config)
             write_durably(run.vocab, self.vocab_path.read_bytes())
@@ -349,14 +347,9 @@ class Trainer(StagedRun):
         steps = -(-frames // self.cfg.model.reduction_factor)
         tokens = int(self.summary_batch["token_lengths"][0])
         mel = self.mel_stats.denormalize(outputs["mel_after"][0, :frames].numpy())  # the real log mel
-        audio = None
-        try:
-            from myxtts.vocoder import GriffinLim
-            if not hasattr(self, "_vocoder"):
-                self._vocoder = GriffinLim(self.cfg.audio)
-            audio = np.asarray(self._vocoder(mel))
-        except ImportError:  # vocoder not available: images only
-            pass
+        if not hasattr(self, "_vocoder"):
+            self._vocoder = GriffinLim(self.cfg.audio)
+        audio = np.asarray(self._vocoder(mel))
         metrics.images_and_audio(step, mel, self.mel_stats.denormalize(self.summary_batch["mel"][0, :frames].numpy()),
                                  outputs["alignments"][0, :steps, :tokens].numpy(), audio, self.cfg.audio.sample_rate)
 

@@ -16,15 +16,15 @@ from typing import Any
 
 import tensorflow as tf
 
+from myxtts.audio import MelFrontend
 from myxtts.training.schedule import FusedAdamW, WarmupDecay
+from myxtts.vocoder import losses as vocoder_losses
 
 
 class GanSteps:
     """The optimizers, the NaN-guard counters and the two step functions of one vocoder GAN."""
 
     def __init__(self, cfg: Any, generator: Any, discriminators: Any) -> None:
-        from myxtts.audio import MelFrontend
-
         t, v = cfg.training, cfg.vocoder
         self.cfg, self.generator, self.discriminators = cfg, generator, discriminators
         self.frontend = MelFrontend(cfg.audio)
@@ -49,11 +49,9 @@ class GanSteps:
                 *self.discriminator_optimizer.variables, self.nonfinite_in_a_row, self.nonfinite_total]
 
     def _reconstruction(self, generated: tf.Tensor, audio: tf.Tensor) -> dict[str, tf.Tensor]:
-        from myxtts.vocoder import losses
-
         v = self.cfg.vocoder
-        mel = losses.mel_l1(self.frontend, generated, audio)
-        stft = losses.multi_resolution_stft(generated, audio)
+        mel = vocoder_losses.mel_l1(self.frontend, generated, audio)
+        stft = vocoder_losses.multi_resolution_stft(generated, audio)
         return {"mel_l1": mel, "stft": stft, "reconstruction": v.mel_loss_weight * mel + v.stft_loss_weight * stft}
 
     def _apply(self, optimizer: Any, grads: list, variables: list, finite: tf.Tensor) -> None:
@@ -93,12 +91,10 @@ class GanSteps:
 
     def _generator_total(self, generated: tf.Tensor, audio: tf.Tensor, real_outputs: list,
                          fake_outputs: list) -> dict[str, tf.Tensor]:
-        from myxtts.vocoder import losses as gan
-
         v = self.cfg.vocoder
         losses = self._reconstruction(generated, audio)
-        adversarial = gan.generator_hinge(fake_outputs)
-        feature_matching = gan.feature_matching(real_outputs, fake_outputs)
+        adversarial = vocoder_losses.generator_hinge(fake_outputs)
+        feature_matching = vocoder_losses.feature_matching(real_outputs, fake_outputs)
         total = (losses["reconstruction"] + v.adversarial_loss_weight * adversarial
                  + v.feature_loss_weight * feature_matching)
         return {**losses, "total": total, "adversarial": adversarial, "feature_matching": feature_matching}
@@ -108,8 +104,6 @@ class GanSteps:
         return tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(tf.linalg.global_norm(grads)))
 
     def _alternating_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        from myxtts.vocoder import losses as gan
-
         generator_variables = self.generator.trainable_variables
         discriminator_variables = self.discriminators.trainable_variables
         with tf.GradientTape() as generator_tape:
@@ -117,7 +111,7 @@ class GanSteps:
             with generator_tape.stop_recording():
                 # 1. the discriminators learn to tell this batch's generated audio from the real
                 with tf.GradientTape() as discriminator_tape:
-                    discriminator_loss = gan.discriminator_hinge(
+                    discriminator_loss = vocoder_losses.discriminator_hinge(
                         self.discriminators(batch["audio"], training=True),
                         self.discriminators(tf.stop_gradient(generated), training=True))
                 discriminator_grads = discriminator_tape.gradient(discriminator_loss, discriminator_variables)
@@ -136,15 +130,13 @@ class GanSteps:
                 **self._count(tf.logical_and(discriminator_finite, generator_finite))}
 
     def _simultaneous_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        from myxtts.vocoder import losses as gan
-
         generator_variables = self.generator.trainable_variables
         discriminator_variables = self.discriminators.trainable_variables
         with tf.GradientTape(persistent=True) as tape:
             generated = self.generator(batch["mel"], training=True)  # [batch, segment_samples]
             real_outputs = self.discriminators(batch["audio"], training=True)
             fake_outputs = self.discriminators(generated, training=True)
-            discriminator_loss = gan.discriminator_hinge(real_outputs, fake_outputs)
+            discriminator_loss = vocoder_losses.discriminator_hinge(real_outputs, fake_outputs)
             losses = self._generator_total(generated, batch["audio"], real_outputs, fake_outputs)
         generator_grads = tape.gradient(losses["total"], generator_variables)
         discriminator_grads = tape.gradient(discriminator_loss, discriminator_variables)

@@ -27,14 +27,23 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.config import Config, TrainingConfig, save_config
+from myxtts.data.vocoder_segments import VocoderSegments, validation_clips
 from myxtts.diagnostics.tf_warning import expected_traces
 from myxtts.errors import InputError
-from myxtts.locks import lock_cache_for_reading, lock_run_directory
+from myxtts.locks import DirectoryBusyError, lock_cache_for_reading, lock_run_directory
+from myxtts.outputs import (VOCODER_RUN, OutputRefused, check_outside_acoustic_run, check_workdir, read_marker,
+                            write_marker)
 from myxtts.run_dir import RunDir
+from myxtts.training.acoustic_mels import write_acoustic_mels
 from myxtts.training.checkpoint import Checkpoints
 from myxtts.training.interrupt import StopOnSignals
 from myxtts.training.reporting import MetricsLog, StepTimer, TraceAccounting
 from myxtts.training.stages import StagedRun, StopReason, TrainingClock, progress_bar
+from myxtts.training.vocoder_steps import GanSteps
+from myxtts.vocoder.discriminators import build_discriminators
+from myxtts.vocoder.generators import build_generator
+from myxtts.vocoder.neural import VocoderError, check_same_generator, restore_generator, write_vocoder_json
+from myxtts.vocoder.packing import install_own_vocoder
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +74,7 @@ class VocoderTrainer(StagedRun):
                  stop_on_signals: bool = False) -> None:
         """``init_from``: a vocoder (run or packed) whose generator (and discriminators, when it has them) start
         this run; ``acoustic_run``: train on that acoustic model's teacher-forced mels of the cache's clips
-        (``vocoder.acoustic_mels``) instead of the recordings' mels."""
+        (``training.acoustic_mels``) instead of the recordings' mels."""
         self.cfg, self.workdir, self.resume = cfg, Path(workdir), resume
         self.init_from, self.acoustic_run, self.mel_dir = init_from, acoustic_run, None
         self.progress, self.echo, self.stop_on_signals = progress, echo, stop_on_signals
@@ -73,8 +82,6 @@ class VocoderTrainer(StagedRun):
 
     # ---- stages ------------------------------------------------------------------------------------
     def stage_config(self) -> None:
-        from myxtts.outputs import VOCODER_RUN, check_outside_acoustic_run, check_workdir, read_marker, write_marker
-
         check_vocoder_keys(self.cfg)
         if self.acoustic_run is not None:  # RUN/vocoder is where the trained generator is installed
             check_outside_acoustic_run(self.workdir, self.acoustic_run)
@@ -95,8 +102,6 @@ class VocoderTrainer(StagedRun):
                                        "pass --resume to continue that run or choose another --workdir.")
         record_path = RunDir(self.workdir).vocoder_record
         if latest and record_path.is_file():  # a resume continues the run's own generator, not one built otherwise
-            from myxtts.vocoder.neural import VocoderError, check_same_generator
-
             try:
                 check_same_generator(self.workdir, json.loads(record_path.read_text(encoding="utf-8")), self.cfg,
                                      "A resume continues the run's generator: set these keys back to the run's "
@@ -105,12 +110,8 @@ class VocoderTrainer(StagedRun):
                 raise VocoderTrainingError(str(err)) from None
 
     def stage_data(self) -> None:
-        from myxtts.data.vocoder_segments import VocoderSegments, validation_clips
-
         self.locks.append(lock_cache_for_reading(self.cfg.cache_dir, self.echo))
         if self.acoustic_run is not None:
-            from myxtts.vocoder.acoustic_mels import write_acoustic_mels
-
             self.mel_dir = write_acoustic_mels(self.cfg, self.acoustic_run, RunDir(self.workdir).acoustic_mels,
                                                self.progress, self.echo)
         self.segments = VocoderSegments(self.cfg, "train", mel_dir=self.mel_dir)
@@ -122,10 +123,6 @@ class VocoderTrainer(StagedRun):
                   f"{self.segments.batch_size}; {len(self.validation)} validation clips")
 
     def stage_model(self) -> None:
-        from myxtts.training.vocoder_steps import GanSteps
-        from myxtts.vocoder.discriminators import build_discriminators
-        from myxtts.vocoder.generators import build_generator
-
         self.generator = build_generator(self.cfg)
         self.discriminators = build_discriminators(self.cfg)
         stats = self.segments.cache.mel_stats
@@ -136,8 +133,6 @@ class VocoderTrainer(StagedRun):
                            "discriminators": int(self.discriminators.count_params())}
 
     def stage_checkpoint(self) -> None:
-        from myxtts.vocoder.neural import restore_generator, write_vocoder_json
-
         directory = RunDir(self.workdir).checkpoints
         self.trained_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="trained_seconds")
         self.checkpoints = Checkpoints(
@@ -337,10 +332,6 @@ def train_vocoder(cfg: Config, workdir: str | Path, resume: bool = False, **opti
     """Train a vocoder; return (and print) the summary. See ``VocoderTrainer`` for the options. Given an
     ``acoustic_run``, a training that ends by its steps or minutes (not by a signal) makes the vocoder that run's
     own (``RUN/vocoder``, ``vocoder.packing``): what synthesis of the run uses when no vocoder is named."""
-    from myxtts.locks import DirectoryBusyError
-    from myxtts.outputs import OutputRefused
-    from myxtts.vocoder.packing import install_own_vocoder
-
     trainer = VocoderTrainer(cfg, workdir, resume, **options)
     summary = trainer.run()
     summary["installed_in"] = None

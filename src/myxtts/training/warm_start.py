@@ -34,9 +34,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from myxtts.config import Config, load_config
+from myxtts.data.language import base_language
+from myxtts.data.run_features import find_vocabulary, load_run_mel_stats
 from myxtts.errors import InputError
+from myxtts.model.presets import resolve_dims
 from myxtts.model.restore import checkpoint_decoder_type, decoder_mismatch, restore_model
-from myxtts.run_dir import RunDir, RunError, find_vocabulary, latest_checkpoint, load_run_mel_stats
+from myxtts.run_dir import RunDir, RunError, latest_checkpoint
+from myxtts.vocoder.packing import install_own_vocoder
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +101,6 @@ def source_languages(source_cfg: Config, folders: list[Path]) -> list[str]:
 
 def check_compatible(cfg: Config, source_cfg: Config, checkpoint: str, where: str) -> None:
     """WarmStartError naming every model / audio key on which the two configs build different models."""
-    from myxtts.model.presets import resolve_dims
-
     problem = decoder_mismatch(where, checkpoint_decoder_type(checkpoint), cfg.model.decoder)
     if source_cfg.model.decoder != cfg.model.decoder and problem is None:
         problem = (f"{where} holds a model of the {source_cfg.model.decoder} decoder, but this config says "
@@ -125,8 +127,6 @@ def check_text(vocabulary: Any, source_vocabulary: Any, languages: list[str], so
     """The symbols this run adds to the source's (they get fresh embedding rows); WarmStartError when the text
     front-ends differ, the source has symbols this run lacks, or this corpus speaks a language the source never
     heard."""
-    from myxtts.data.language import base_language
-
     if vocabulary.kind != source_vocabulary.kind:
         raise WarmStartError(f"training.init_from: {where} reads {source_vocabulary.kind}, this config reads "
                              f"{vocabulary.kind} (text.use_phonemes); set text.use_phonemes to the source's value.")
@@ -271,8 +271,6 @@ def _inherit_vocoder(source: Source, cfg: Config, workdir: Path) -> str | None:
     """The source's own vocoder (``SOURCE/vocoder``: the shipped base's is the shipped vocoder) made the new run's,
     unless the run has one already: a model fine-tuned from it reads the mels it was made for. Returns where it came
     from, or None. The trainer holds the run's lock."""
-    from myxtts.vocoder.packing import install_own_vocoder
-
     own = next((RunDir(folder).own_vocoder for folder in source.folders if RunDir(folder).own_vocoder.is_dir()), None)
     if own is None or RunDir(workdir).own_vocoder.exists():
         return None

@@ -10,6 +10,8 @@ import numpy as np
 import soundfile
 import tensorflow as tf
 
+from myxtts.outputs import MARK_PREFIX, write_file_atomically
+
 
 class Vocoder(abc.ABC):
     """``vocoder(log_mel)``: ``[frames, n_mels]`` -> ``[samples]`` or ``[batch, frames, n_mels]`` -> ``[batch, samples]``."""
@@ -26,8 +28,6 @@ def write_wav(path: str | os.PathLike, waveform: tf.Tensor | np.ndarray, sample_
     """Write ``[samples]`` (or ``[samples, channels]``) float audio as 16-bit PCM WAV, clipped to [-1, 1], whole or
     not at all (a temporary sibling renamed over ``path``). ``made_by``: the command writing it, recorded as the
     WAV's software tag (``myxtts COMMAND``), which ``outputs.check_output_file`` reads before replacing it."""
-    from myxtts.outputs import MARK_PREFIX, write_file_atomically
-
     wave = np.asarray(waveform, dtype=np.float32)
     if wave.ndim not in (1, 2) or wave.size == 0:
         raise ValueError(f"write_wav: expected a non-empty [samples] or [samples, channels] waveform, got "

@@ -20,7 +20,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from myxtts.model.layers import BuiltByFirstCall
+from myxtts.model.layers import BuiltByFirstCall, track_listed_layers
 
 
 def _leaky(x: tf.Tensor) -> tf.Tensor:
@@ -89,8 +89,6 @@ class Discriminators(BuiltByFirstCall, keras.Model):
 
 
 def build_discriminators(cfg: Any) -> Discriminators:
-    from myxtts.model.layers import track_listed_layers
-
     v = cfg.vocoder
     # the convolutions' Keras dtype policy: bfloat16 compute on float32 weights, or the float32 default
     conv_dtype = "mixed_bfloat16" if cfg.training.mixed_precision == "bfloat16" else None

@@ -27,8 +27,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from myxtts.model.layers import BuiltByFirstCall
+from myxtts.audio import MelFrontend
+from myxtts.model.layers import BuiltByFirstCall, track_listed_layers
 from myxtts.vocoder.istft import MAX_LOG_MAGNITUDE, InverseStft
+from myxtts.vocoder.istftnet import ISTFTNetGenerator, istftnet_size
 
 PRIOR_FLOOR = 1e-5  # the prior's magnitude is clipped here before its log (bins the pseudo-inverse leaves at 0)
 
@@ -135,8 +137,6 @@ class VocosGenerator(BuiltByFirstCall, keras.Model):
 def generator_sizes(vocoder_cfg: Any) -> dict[str, Any]:
     """The family's resolved sizes as plain values: what ``vocoder.json`` records and a warm start compares."""
     if vocoder_cfg.family == "istftnet":
-        from myxtts.vocoder.istftnet import istftnet_size
-
         return {key: list(value) if isinstance(value, tuple) else value
                 for key, value in dataclasses.asdict(istftnet_size(vocoder_cfg)).items()}
     return {**dataclasses.asdict(vocos_size(vocoder_cfg)), "kernel_size": vocoder_cfg.kernel_size,
@@ -149,13 +149,8 @@ SIZE_DEFAULTS = {"magnitude_prior": False}
 
 def build_generator(cfg: Any) -> keras.Model:
     """The generator ``cfg.vocoder`` describes, for ``cfg.audio``'s front-end, built (its weights exist)."""
-    from myxtts.audio import MelFrontend
-    from myxtts.model.layers import track_listed_layers
-
     a, v = cfg.audio, cfg.vocoder
     if v.family == "istftnet":
-        from myxtts.vocoder.istftnet import ISTFTNetGenerator, istftnet_size
-
         generator = ISTFTNetGenerator(a.n_mels, a.hop_length, istftnet_size(v), name="istftnet_generator")
     else:
         frontend = MelFrontend(a)

@@ -18,9 +18,14 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from myxtts.audio import MelFrontend
+from myxtts.config import VocoderConfig, load_config, save_config
 from myxtts.errors import InputError
 from myxtts.run_dir import RunDir
 from myxtts.vocoder.base import Vocoder
+from myxtts.vocoder.generators import PRIOR_FLOOR, SIZE_DEFAULTS, build_generator, generator_sizes
+from myxtts.vocoder.griffin_lim import GriffinLim
+from myxtts.vocoder.istft import InverseStft
 
 GRIFFIN_LIM = "griffin-lim"
 # the front-end settings a mel depends on: a vocoder and an acoustic model must agree on every one
@@ -43,8 +48,6 @@ def audio_settings(audio_cfg: Any) -> dict[str, Any]:
 def write_vocoder_json(directory: Path, cfg: Any, generator: Any, trained_on: str = "", **origin: Any) -> Path:
     """``vocoder.json``: family, sizes, the audio settings it reads, parameters, and where it came from (``origin``:
     e.g. the warm start's checkpoint, the acoustic run whose mels it trained on)."""
-    from myxtts.vocoder.generators import generator_sizes
-
     record = {"family": generator.family, **generator_sizes(cfg.vocoder), "audio": audio_settings(cfg.audio),
               "parameters": int(generator.count_params()), "trained_on": trained_on,
               **{key: value for key, value in origin.items() if value is not None}}
@@ -56,8 +59,6 @@ def save_vocoder(directory: str | Path, cfg: Any, generator: Any, trained_on: st
                  discriminators: Any = None) -> Path:
     """A vocoder directory: config.yaml, vocoder.json, checkpoints/ckpt-STEP holding the generator (and the
     discriminators when given: a starting point for fine-tuning; synthesis reads the generator alone)."""
-    from myxtts.config import save_config
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     save_config(cfg, RunDir(directory).config)
@@ -93,8 +94,6 @@ def vocoder_name(vocoder: Vocoder, choice: str | Path | None = None) -> str:
 
 def read_vocoder_dir(path: str | Path) -> tuple[Any, dict[str, Any]]:
     """(config, vocoder.json record) of a vocoder directory; VocoderError naming what is missing."""
-    from myxtts.config import load_config
-
     directory = Path(path)
     if not directory.is_dir():
         raise VocoderError(f"Vocoder {directory} not found: pass a vocoder directory (a `myxtts train-vocoder` run or "
@@ -108,8 +107,6 @@ def read_vocoder_dir(path: str | Path) -> tuple[Any, dict[str, Any]]:
         record = json.loads(record_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise VocoderError(f"{record_path} is unreadable: {err}.") from None
-    from myxtts.config import VocoderConfig
-
     families = typing.get_args(typing.get_type_hints(VocoderConfig)["family"])
     if record.get("family") not in families:
         raise VocoderError(f"{record_path}: vocoder family {record.get('family')!r} is not one this myxtts knows "
@@ -123,8 +120,6 @@ def read_vocoder_dir(path: str | Path) -> tuple[Any, dict[str, Any]]:
 def check_same_generator(path: Any, record: dict[str, Any], cfg: Any, fix: str) -> None:
     """The generator ``record`` (a ``vocoder.json``) describes is the one ``cfg.vocoder`` builds: the family and every
     size, the magnitude prior included (same weight shapes, another meaning). VocoderError naming each difference."""
-    from myxtts.vocoder.generators import SIZE_DEFAULTS, generator_sizes
-
     ours = {"family": cfg.vocoder.family, **generator_sizes(cfg.vocoder)}
     theirs = {key: record.get(key, SIZE_DEFAULTS.get(key)) for key in ours}
     if theirs != ours:
@@ -188,9 +183,6 @@ class NeuralVocoder(Vocoder):
 
     def __init__(self, generator: Any, audio_cfg: Any, path: str = "", checkpoint: str = "",
                  magnitude_from_mel: float = 0.0) -> None:
-        from myxtts.audio import MelFrontend
-        from myxtts.vocoder.istft import InverseStft
-
         self.generator, self.path, self.checkpoint = generator, path, checkpoint  # checkpoint: the prefix restored
         self.sample_rate, self.n_mels, self.hop_length = audio_cfg.sample_rate, audio_cfg.n_mels, audio_cfg.hop_length
         self.audio = audio_settings(audio_cfg)
@@ -203,8 +195,6 @@ class NeuralVocoder(Vocoder):
 
     def waveform(self, log_mel: tf.Tensor) -> tf.Tensor:
         """``[batch, frames, n_mels]`` -> ``[batch, (frames - 1) * hop]`` (graph code: also the export's)."""
-        from myxtts.vocoder.generators import PRIOR_FLOOR
-
         wave = self.generator(log_mel, training=False)  # [batch, (frames - 1) * hop]
         if self.frontend is None:
             return wave
@@ -239,9 +229,6 @@ def load_vocoder(path: str | Path | None, audio_cfg: Any, acoustic_name: str = "
     """``griffin-lim`` (or None) -> ``GriffinLim(audio_cfg)``; a vocoder directory -> its ``NeuralVocoder`` (the newest
     checkpoint, or ``checkpoint``: a prefix of the same vocoder's), after checking it reads the mels ``audio_cfg``
     describes (VocoderMismatchError otherwise)."""
-    from myxtts.vocoder.generators import build_generator
-    from myxtts.vocoder.griffin_lim import GriffinLim
-
     if path is None or str(path) == GRIFFIN_LIM:
         return GriffinLim(audio_cfg)
     cfg, record = read_vocoder_dir(path)

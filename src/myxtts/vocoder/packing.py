@@ -18,7 +18,13 @@ from typing import Any
 
 import tensorflow as tf
 
+from myxtts.config import load_config
+from myxtts.locks import lock_run_directory
+from myxtts.outputs import (OWN_VOCODER, PACKED_VOCODER, RUN, check_output_folder, check_own_vocoder_slot, folder_kind,
+                            write_staged)
 from myxtts.run_dir import RunDir, relative_config_paths
+from myxtts.vocoder.discriminators import build_discriminators
+from myxtts.vocoder.generators import build_generator
 from myxtts.vocoder.neural import check_audio_match, newest_checkpoint, read_vocoder_dir, save_vocoder
 
 
@@ -26,9 +32,6 @@ def write_vocoder_pack(source: str | Path, directory: Path, with_discriminators:
     """``source``'s (a vocoder run or a packed vocoder) newest generator, and its discriminators when
     ``with_discriminators``, written into the new folder ``directory`` in the packed layout, without optimizers.
     Returns the packed ``vocoder.json``: the source's record (where it came from) with step, minutes and size."""
-    from myxtts.vocoder.discriminators import build_discriminators
-    from myxtts.vocoder.generators import build_generator
-
     cfg, record = read_vocoder_dir(source)
     checkpoint = newest_checkpoint(Path(source))  # resolved once: the weights, step and minutes come from it
     generator = build_generator(cfg)
@@ -58,8 +61,6 @@ def pack_vocoder(run_dir: str | Path, out_dir: str | Path, force: bool = False,
     follows ``myxtts.outputs.check_output_folder``: new, empty or (``force``) an earlier packed vocoder of ``pack``,
     replaced only once the new one is complete; never the run, a packed model, a cache, nor a folder that holds or
     lies inside one."""
-    from myxtts.outputs import PACKED_VOCODER, check_output_folder, write_staged
-
     check_output_folder(Path(out_dir), run_dir, "pack", PACKED_VOCODER, force)
     read_vocoder_dir(run_dir)  # a clear error before anything is written
     return write_staged(out_dir, "pack", PACKED_VOCODER,
@@ -82,10 +83,6 @@ def install_own_vocoder(source: str | Path, acoustic_run: str | Path, acoustic_c
     other mels than the run makes (``acoustic_cfg``, else the run's ``config.yaml``); with ``lock``, a training run
     is locked meanwhile (DirectoryBusyError while another process writes it; ``lock=False`` for the writer itself).
     Returns the packed ``vocoder.json``."""
-    from myxtts.config import load_config
-    from myxtts.locks import lock_run_directory
-    from myxtts.outputs import OWN_VOCODER, PACKED_VOCODER, RUN, check_own_vocoder_slot, folder_kind, write_staged
-
     run = RunDir(acoustic_run)
     check_own_vocoder_slot(run.own_vocoder, source)  # first: what is there is never touched, whatever else is wrong
     acoustic_cfg = acoustic_cfg if acoustic_cfg is not None else load_config(run.config)

@@ -1,5 +1,8 @@
 """`myxtts diagnose retracing`: check that a configured training setup never retraces after warm-up.
 
+It runs the production trainer, so it lives with training (above ``myxtts.diagnostics``, whose explainer, monitor and
+report it uses).
+
 Three checks, each producing findings (severity, key path, message, fix):
 
 1. **config**: the shape policy (length buckets or fixed padding) gives a plan whose every bucket has a
@@ -31,9 +34,12 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.config import Config
+from myxtts.data.pipeline import InputPipeline
 from myxtts.diagnostics.retracing_report import ERROR, INFO, WARNING, Finding, RetracingReport, brief
 from myxtts.errors import InputError
 from myxtts.run_dir import RunDir
+from myxtts.training.shape_keys import UnknownShapeError
+from myxtts.training.trainer import Trainer
 
 # ---- check 1: config --------------------------------------------------------------------------------
 
@@ -165,9 +171,6 @@ def _training_config(cfg: Config, steps: int) -> Config:
 
 def run_training(cfg: Config, steps: int, workdir: Path, echo: Callable[[str], None]) -> dict[str, Any]:
     """Train N steps through the production Trainer; return its trace accounting, events and step times."""
-    from myxtts.training import Trainer
-    from myxtts.training.shape_keys import UnknownShapeError
-
     shapes: list[str] = []  # the batch shape of each step (observed, the batch passes unchanged)
 
     def observe(step: int, batch: dict) -> dict:
@@ -229,8 +232,6 @@ def diagnose_retracing(cfg: Config, steps: int = 20, workdir: str | Path | None 
                        check_batches: int | None = None,
                        echo: Callable[[str], None] = lambda line: None) -> RetracingReport:
     """Run the three checks on ``cfg``; ``workdir`` None: a temporary run directory, removed afterwards."""
-    from myxtts.data.pipeline import InputPipeline
-
     if steps < 1:
         raise InputError(f"diagnose retracing: --steps must be >= 1, got {steps}.")
     train = InputPipeline(cfg, "train")  # CacheError (a ValueError) names `myxtts prepare`

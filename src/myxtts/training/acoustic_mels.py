@@ -6,6 +6,9 @@ than the real ones. Peers (coqui, NeMo, Piper) fine-tune the vocoder on the acou
 exactly the clip's frames, aligned with the clip's audio. ``write_acoustic_mels`` writes those mels in the cache's
 utterance-file layout (same relative paths) under a folder of the vocoder run, which ``VocoderSegments(mel_dir=)``
 reads instead of the cache's own mels. Clips longer than the model's ``data.max_mel_frames`` keep their first frames.
+
+It runs a trained acoustic model (synthesis, evaluation's reference choice) for ``train-vocoder --acoustic-run``, so it
+lives with training, above the packages it uses.
 """
 
 from __future__ import annotations
@@ -16,8 +19,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import soundfile
+from tqdm import tqdm
 
+from myxtts.data.cache import FeatureCache, audio_file, write_utterance
+from myxtts.data.corpus import read_config_corpus
 from myxtts.errors import InputError
+from myxtts.evaluation.evaluate import pick_reference
+from myxtts.synthesis import Synthesizer
+from myxtts.synthesis.teacher_forcing import TeacherForcing
+from myxtts.vocoder.neural import audio_settings, check_audio_match
 
 logger = logging.getLogger(__name__)
 
@@ -28,16 +39,6 @@ def write_acoustic_mels(cfg: Any, acoustic_run: str | Path, out_dir: Path, progr
                         echo: Callable[[str], None] = logger.info) -> Path:
     """Teacher-forced mels of every clip of ``cfg``'s cache by the newest checkpoint of ``acoustic_run``, as utterance
     files under ``out_dir``; reused when ``out_dir`` already holds those of the same checkpoint and cache."""
-    import soundfile
-    from tqdm import tqdm
-
-    from myxtts.data.cache import FeatureCache, audio_file, write_utterance
-    from myxtts.data.corpus import read_config_corpus
-    from myxtts.evaluation.evaluate import pick_reference
-    from myxtts.synthesis import Synthesizer
-    from myxtts.synthesis.teacher_forcing import TeacherForcing
-    from myxtts.vocoder.neural import check_audio_match, audio_settings
-
     cache = FeatureCache.load(cfg)
     synthesizer = Synthesizer.from_run(acoustic_run, vocoder="griffin-lim")  # its mels alone: no vocoder loaded
     check_audio_match(f"this config's cache {cache.cache_dir}", audio_settings(cfg.audio),
