@@ -3,7 +3,8 @@
 Two loaders:
 - ``load_audio`` (numpy, used by ``prepare`` and tools): any libsndfile format, downmixed to mono and
   resampled with soxr from the file's own rate. Every way a file can be bad raises ``AudioError`` with a
-  ``reason`` so ``prepare`` can write it to rejected.csv instead of silently skipping it.
+  ``reason`` so ``prepare`` can write it to rejected.csv instead of silently skipping it. A clip longer than
+  ``max_seconds`` is refused before decoding: memory is bounded by the bound, not by the file.
 - ``tf_load_wav`` (TF ops, the on-the-fly path): 16-bit PCM WAV at the configured rate only; it cannot
   resample, so a mismatch fails with a message naming the fix (``myxtts prepare`` converts).
 
@@ -27,7 +28,11 @@ import tensorflow as tf
 from myxtts.errors import InputError
 from myxtts.config import AudioConfig
 
-AUDIO_ERROR_REASONS = ("missing_file", "zero_length", "not_audio", "truncated", "non_finite", "unreadable")
+AUDIO_ERROR_REASONS = ("missing_file", "zero_length", "not_audio", "truncated", "non_finite", "unreadable",
+                       "too_long")
+
+UNKNOWN_FRAMES = 2 ** 63 - 1  # libsndfile's frame count when the header gives no length (e.g. a streamed FLAC)
+BLOCK_FRAMES = 1 << 16  # frames per read of a file of unknown length
 
 
 class AudioError(InputError):
@@ -40,6 +45,17 @@ class AudioError(InputError):
         self.reason = reason
         self.detail = detail
         super().__init__(f"{self.path}: {detail} (reason: {reason})")
+
+
+class AudioTooLongError(AudioError):
+    """A clip longer than the ``max_seconds`` it was loaded with (reason ``too_long``): ``seconds`` is its duration
+    (``exact`` false: at least that, as the header gave no length and decoding stopped past the bound)."""
+
+    def __init__(self, path: str | os.PathLike, seconds: float, max_seconds: float, limit_name: str,
+                 exact: bool = True) -> None:
+        self.seconds, self.max_seconds, self.exact = seconds, max_seconds, exact
+        super().__init__(path, "too_long", f"{'' if exact else 'at least '}{seconds:.3f} s is longer than "
+                         f"{limit_name} ({max_seconds:g} s); trim or split the clip")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -72,11 +88,27 @@ def _wav_data_shortfall(path: Path) -> tuple[int, int] | None:
         return None  # no data chunk found: a malformed header, libsndfile names the problem
 
 
-def load_audio(path: str | os.PathLike, sample_rate: int) -> np.ndarray:
+def _decode(path: Path, frames: int, max_frames: int | None) -> np.ndarray:
+    """The file's audio ``[frames, channels]`` float32: one read of the header's ``frames`` (checked against the bound
+    already), or, when the header gives no length, blocks until the file ends or ``max_frames`` (None: no bound) is
+    passed, so at most ``max_frames + BLOCK_FRAMES`` frames are held."""
+    with soundfile.SoundFile(str(path)) as handle:
+        if frames != UNKNOWN_FRAMES:
+            return handle.read(dtype="float32", always_2d=True)
+        blocks = [handle.read(BLOCK_FRAMES, dtype="float32", always_2d=True)]  # each [<= BLOCK_FRAMES, channels]
+        while len(blocks[-1]) == BLOCK_FRAMES and (max_frames is None or len(blocks) * BLOCK_FRAMES <= max_frames):
+            blocks.append(handle.read(BLOCK_FRAMES, dtype="float32", always_2d=True))
+        return np.concatenate(blocks)
+
+
+def load_audio(path: str | os.PathLike, sample_rate: int, max_seconds: float | None = None,
+               limit_name: str = "the limit") -> np.ndarray:
     """Read any libsndfile format, downmix to mono, resample with soxr from the file's own rate.
 
     Returns float32 ``[samples]`` in [-1, 1]. Raises ``AudioError`` (reason missing_file, zero_length,
-    not_audio, truncated, non_finite or unreadable).
+    not_audio, truncated, non_finite or unreadable), or ``AudioTooLongError`` (too_long) when ``max_seconds`` is
+    given and the clip at ``sample_rate`` lasts longer (``limit_name`` names the bound in the message): decided
+    from the header's length before decoding when the header gives it, else once decoding passes the bound.
     """
     path = Path(path)
     if not path.is_file():
@@ -99,13 +131,21 @@ def load_audio(path: str | os.PathLike, sample_rate: int) -> np.ndarray:
                              "HTML file with an audio extension") from None
         raise AudioError(path, "unreadable", f"cannot read the audio header ({err}); re-export the "
                          "clip as WAV or FLAC") from None
+    file_rate, known = info.samplerate, info.frames != UNKNOWN_FRAMES
+    max_frames = None  # the most frames at the file's rate that could resample to max_seconds (2 samples' slack)
+    if max_seconds is not None:
+        max_frames = int((max_seconds * sample_rate + 2) * file_rate / sample_rate)
+        if known and info.frames > max_frames:  # refused from the header: nothing decoded
+            raise AudioTooLongError(path, info.frames / file_rate, max_seconds, limit_name)
     try:
-        data, file_rate = soundfile.read(str(path), dtype="float32", always_2d=True)  # [samples, channels]
+        data = _decode(path, info.frames, max_frames)  # [samples, channels]
     except (soundfile.LibsndfileError, RuntimeError) as err:
         reason = "truncated" if "unexpected end" in str(err).lower() else "unreadable"
         raise AudioError(path, reason, f"cannot decode the audio ({err}); re-export the clip as WAV or "
                          "FLAC") from None
-    if info.frames > 0 and data.shape[0] < info.frames and info.format in ("WAV", "WAVEX", "RF64", "W64"):
+    if max_frames is not None and data.shape[0] > max_frames:  # no length in the header: decoding stopped past it
+        raise AudioTooLongError(path, data.shape[0] / file_rate, max_seconds, limit_name, exact=False)
+    if known and 0 < info.frames and data.shape[0] < info.frames and info.format in ("WAV", "WAVEX", "RF64", "W64"):
         raise AudioError(path, "truncated", f"header declares {info.frames} frames but only "
                          f"{data.shape[0]} could be read; copy or re-export the file")
     if data.shape[0] == 0:
@@ -117,6 +157,8 @@ def load_audio(path: str | os.PathLike, sample_rate: int) -> np.ndarray:
     mono = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]  # [samples]
     if file_rate != sample_rate:
         mono = soxr.resample(mono, file_rate, sample_rate, quality="HQ")
+    if max_seconds is not None and mono.shape[0] / sample_rate > max_seconds:  # the exact verdict, at sample_rate
+        raise AudioTooLongError(path, mono.shape[0] / sample_rate, max_seconds, limit_name)
     return np.ascontiguousarray(mono, dtype=np.float32)
 
 

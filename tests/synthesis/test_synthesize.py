@@ -368,3 +368,29 @@ def test_a_long_reference_gives_its_middle_windows_averaged(tiny_run, synthesize
     assert not np.allclose(windowed.voice(clip), synthesizer.voice(clip), atol=1e-4)
     short = reference_windows(log_mel[: frames + 10], frames, synthesizer.mel_stats, 3)
     assert len(short) == 1  # only one window fits: the middle crop, as with 1
+
+
+def test_a_reference_over_the_bound_is_refused_before_decoding(synthesizer, tmp_path, monkeypatch):
+    """A reference longer than the longer of REFERENCE_MAX_SECONDS and data.max_duration (a whole recording by mistake)
+    is an AudioError naming the file, its duration and the bound, decided from its header: nothing is decoded."""
+    from myxtts.audio import AudioError
+    from myxtts.synthesis.engine import REFERENCE_MAX_SECONDS
+
+    bound = max(REFERENCE_MAX_SECONDS, synthesizer.cfg.data.max_duration)
+    path = tmp_path / "recording.flac"
+    second = np.random.default_rng(0).integers(-2, 3, (8000, 8), dtype=np.int16)  # 8 channels at 8 kHz
+    with soundfile.SoundFile(str(path), "w", 8000, 8, "PCM_16", format="FLAC") as out:
+        for _ in range(int(bound) + 5):
+            out.write(second)
+    decoded = []
+    original = soundfile.SoundFile.read
+    monkeypatch.setattr(soundfile.SoundFile, "read", lambda self, *a, **k: decoded.append(self.name) or original(
+        self, *a, **k))
+    for load in (synthesizer.engine.reference_mel, synthesizer.voice):
+        with pytest.raises(AudioError) as caught:
+            load(path)
+        assert caught.value.reason == "too_long"
+        assert str(path) in str(caught.value) and f"{bound + 5:.3f} s" in str(caught.value)
+        assert f"({bound:g} s)" in str(caught.value)
+    assert decoded == []
+    synthesizer.engine.reference_mel(bundled_wavs(1)[0])  # a clip within the bound loads as before

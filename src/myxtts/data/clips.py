@@ -31,7 +31,8 @@ NON_FINITE = "non_finite"
 
 def validate_clip(entry: CorpusEntry, cfg: Any, text_processor: Any) -> tuple[np.ndarray, list[int]] | Rejection:
     """(waveform [samples] float32, token ids) for a usable clip, else the Rejection saying why."""
-    from myxtts.audio import AudioError, load_audio  # imports TensorFlow: an up-to-date prepare never loads it
+    # imports TensorFlow: an up-to-date prepare never loads it
+    from myxtts.audio import AudioError, AudioTooLongError, load_audio
 
     d = cfg.data
     sample_rate = cfg.audio.sample_rate
@@ -39,8 +40,11 @@ def validate_clip(entry: CorpusEntry, cfg: Any, text_processor: Any) -> tuple[np
     def reject(reason: str, detail: str, file: Path | str = entry.audio_path) -> Rejection:
         return Rejection(str(file), entry.line_number, reason, f"line {entry.line_number} ('{entry.id}'): {detail}")
 
-    try:
-        waveform = load_audio(entry.audio_path, sample_rate)  # [samples], mono, resampled
+    try:  # a clip over data.max_duration is refused from its header, before it is decoded
+        waveform = load_audio(entry.audio_path, sample_rate, max_seconds=d.max_duration)  # [samples], mono, resampled
+    except AudioTooLongError as err:
+        return reject(TOO_LONG, f"{entry.audio_path}: {'' if err.exact else 'at least '}{err.seconds:.3f} s is "
+                      f"longer than data.max_duration = {d.max_duration} s")
     except AudioError as err:
         return reject(err.reason, str(err))
     if not np.all(np.isfinite(waveform)):
@@ -49,9 +53,6 @@ def validate_clip(entry: CorpusEntry, cfg: Any, text_processor: Any) -> tuple[np
     if duration < d.min_duration:
         return reject(TOO_SHORT, f"{entry.audio_path}: {duration:.3f} s is shorter than data.min_duration "
                       f"= {d.min_duration} s")
-    if duration > d.max_duration:
-        return reject(TOO_LONG, f"{entry.audio_path}: {duration:.3f} s is longer than data.max_duration "
-                      f"= {d.max_duration} s")
     peak = float(np.max(np.abs(waveform)))
     peak_db = 20.0 * np.log10(peak) if peak > 0 else -np.inf
     if peak_db < d.silence_threshold_db:

@@ -43,6 +43,10 @@ from myxtts.vocoder import GriffinLim, Vocoder
 
 Reference = "str | os.PathLike | np.ndarray"  # a clip's path (any audio format) or a waveform at audio.sample_rate
 References = "Reference | Sequence[Reference]"  # one clip, or several clips of one voice (their latents averaged)
+# The longest reference clip synthesis decodes (the longer of this and data.max_duration, so any clip prepare accepts
+# serves): the voice is read from a few seconds of its middle, and a longer file (a whole recording by mistake) would
+# cost memory by its length; it is refused from its header, before decoding.
+REFERENCE_MAX_SECONDS = 60.0
 
 
 @dataclass
@@ -140,7 +144,9 @@ class SynthesisEngine:
     def _reference_waveform(self, reference: Reference) -> np.ndarray:
         """A clip's path (loaded and resampled) or a waveform (checked) -> ``[samples]`` float32 at the sample rate."""
         if isinstance(reference, (str, os.PathLike)):
-            return load_audio(reference, self.sample_rate)  # raises AudioError naming the file
+            bound = max(REFERENCE_MAX_SECONDS, self.cfg.data.max_duration)
+            return load_audio(reference, self.sample_rate, max_seconds=bound,  # raises AudioError naming the file
+                              limit_name="the longest reference clip synthesis reads")
         waveform = np.asarray(reference, dtype=np.float32)
         if waveform.ndim != 1 or waveform.size == 0 or not np.all(np.isfinite(waveform)):
             raise InputError("A reference waveform must be a non-empty finite 1-D float array at "
