@@ -19,8 +19,12 @@ BUNDLED = REPO / "data" / "ljspeech-bundled"
 MAX_BYTES = 20 * 1024 * 1024  # small enough to keep in the repository
 
 
-def _model_record() -> dict:
-    return json.loads((PRETRAINED / "model.json").read_text(encoding="utf-8"))
+REAL_BASE = REPO / "pretrained" / "base-real-tiny"  # the zero-shot base, pretrained on real voices
+ALL_SHIPPED_BYTES = 40 * 1024 * 1024  # every shipped model together (links counted once)
+
+
+def _model_record(base: Path = PRETRAINED) -> dict:
+    return json.loads((base / "model.json").read_text(encoding="utf-8"))
 
 
 def _cli(args: list[str]):
@@ -30,23 +34,49 @@ def _cli(args: list[str]):
     return result
 
 
-def test_shipped_base_is_complete_small_and_its_card_describes_it():
-    for name in ("config.yaml", "vocab.json", "mel_stats.json", "corpus.json", "model.json"):
-        assert (PRETRAINED / name).is_file(), name
-    # its own vocoder is the shipped one, linked (not a second copy: the size below counts the base alone)
-    assert (PRETRAINED / "vocoder").is_symlink() and (PRETRAINED / "vocoder").resolve() == VOCODER.resolve()
-    record = _model_record()
-    checkpoint_files = list((PRETRAINED / "checkpoints").iterdir())
-    assert any(p.name.startswith(record["checkpoint"] + ".") for p in checkpoint_files)
-    size = sum(p.stat().st_size for p in PRETRAINED.rglob("*") if p.is_file())
-    assert size < MAX_BYTES, f"{size} bytes"
-    # the card states the step and training minutes of the weights it ships (a retrained model needs a new card)
+def _card_section(base: Path) -> str:
+    """The part of docs/pretrained.md about one shipped base: from its heading to the next top-level heading."""
     card = (REPO / "docs" / "pretrained.md").read_text(encoding="utf-8")
+    match = re.search(rf"^# [^\n]*`pretrained/{base.name}/`[^\n]*\n(.*?)(?=^# |\Z)", card, re.M | re.S)
+    assert match, f"docs/pretrained.md has no section for pretrained/{base.name}/"
+    return match.group(1)
+
+
+@pytest.mark.parametrize("base", [PRETRAINED, REAL_BASE], ids=lambda base: base.name)
+def test_shipped_base_is_complete_small_and_its_card_describes_it(base):
+    for name in ("config.yaml", "vocab.json", "mel_stats.json", "corpus.json", "model.json"):
+        assert (base / name).is_file(), name
+    # its own vocoder is the shipped one, linked (not a second copy: the size below counts the base alone)
+    assert (base / "vocoder").is_symlink() and (base / "vocoder").resolve() == VOCODER.resolve()
+    record = _model_record(base)
+    checkpoint_files = list((base / "checkpoints").iterdir())
+    assert any(p.name.startswith(record["checkpoint"] + ".") for p in checkpoint_files)
+    size = sum(p.stat().st_size for p in base.rglob("*") if p.is_file() and not p.is_symlink()
+               and (base / "vocoder") not in p.parents)
+    assert size < MAX_BYTES, f"{size} bytes"
+    # its section of the card states the step and training minutes of the weights it ships (new weights, new card)
+    card = _card_section(base)
     assert re.search(rf"\bstep {record['step']:,}\b|\bstep {record['step']}\b", card), "card and weights disagree"
     assert f"{record['training_minutes']:.0f} training minutes" in card
-    # no path of the machine it was trained on in what is shipped
-    config_text = (PRETRAINED / "config.yaml").read_text(encoding="utf-8")
-    assert "/work/" not in config_text and "/tmp/" not in config_text
+    # no path of the machine it was trained on in anything shipped
+    for path in base.rglob("*"):
+        if path.is_file() and path.suffix in (".yaml", ".json") and (base / "vocoder") not in path.parents:
+            text = path.read_text(encoding="utf-8")
+            assert "/work/" not in text and "/tmp/" not in text and "/home/" not in text, path
+
+
+def test_the_real_voice_base_card_names_its_real_voices_and_their_licences():
+    """The zero-shot base was trained on real speakers (its corpus record says how many), and its card names the
+    corpora with their licences (LibriSpeech's CC BY 4.0 asks for credit) and the kept-out development speakers."""
+    corpus = json.loads((REAL_BASE / "corpus.json").read_text(encoding="utf-8"))
+    assert corpus["speakers"] > 100 and corpus["utterances"].get("held_out", 0) > 0, corpus
+    card = _card_section(REAL_BASE)
+    for needed in ("LibriSpeech", "CC BY 4.0", "Common Voice", "CC0", "kept out"):
+        assert needed in card, needed
+    assert f"{corpus['speakers']} real voices" in card
+    shipped = {path.resolve() for folder in (REPO / "pretrained").iterdir() for path in folder.rglob("*")
+               if path.is_file()}
+    assert sum(path.stat().st_size for path in shipped) < ALL_SHIPPED_BYTES
 
 
 def test_shipped_base_synthesizes_a_reference_voice(tmp_path):

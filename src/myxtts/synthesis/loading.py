@@ -4,6 +4,7 @@ one (``save_run``, ``pack_run``). The run directory's layout: ``myxtts.run_dir``
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -110,9 +111,14 @@ def pack_run(run_dir: str | Path, out_dir: str | Path, force: bool = False,
         prefix = save_run(staging, cfg, model, vocabulary, mel_stats, step=step)
         source, packed = RunDir(run_dir), RunDir(staging)
         relative_config_paths(packed.config)  # a sibling of out_dir: the same relative paths
-        for record_path in ("corpus", "init_from"):  # what a warm start from the packed model reads
-            if getattr(source, record_path).is_file():
-                shutil.copyfile(getattr(source, record_path), getattr(packed, record_path))
+        if source.corpus.is_file():  # what a warm start from the packed model reads
+            shutil.copyfile(source.corpus, packed.corpus)
+        if source.init_from.is_file():  # where the run started, its paths relative to the repository (no machine)
+            started = json.loads(source.init_from.read_text(encoding="utf-8"))
+            for key in ("source", "checkpoint", "source_config", "vocoder"):
+                if isinstance(started.get(key), str) and Path(started[key]).is_absolute():
+                    started[key] = _portable(Path(started[key]))
+            packed.write_json(packed.init_from, started)
         record = {"source_run": _portable(run_dir), "source_checkpoint": _portable(Path(checkpoint)),
                   "checkpoint": Path(prefix).name,
                   "step": step, "training_minutes": None if trained_seconds is None else trained_seconds / 60.0,

@@ -11,7 +11,8 @@ from typing import Any, Iterator
 
 
 class StagedRun:
-    """Subclasses define the six ``stage_*`` methods and append the locks they take to ``self.locks``."""
+    """Subclasses define the six ``stage_*`` methods and append the locks they take to ``self.locks``. The acoustic
+    ``Trainer`` has its own ``run()``, passing each stage's result to the next; ``release_locks`` is the same."""
 
     locks: list[Any]
 
@@ -60,6 +61,7 @@ class TrainingClock:
 
     def __init__(self, trained_before: float, max_minutes: float) -> None:
         self.trained_before = trained_before  # seconds trained by the runs this one resumes (checkpointed)
+        self.max_minutes = max_minutes  # as configured, for the messages
         self.budget = max_minutes * 60.0 if max_minutes > 0 else math.inf  # training.max_minutes; 0: no limit
         self.started = time.perf_counter()
 

@@ -1,4 +1,7 @@
-"""The trainer: ``run(cfg, workdir, resume)`` in named stages: config, data, model, checkpoint, compile, loop.
+"""The trainer: ``run(cfg, workdir, resume)`` in named stages: config, data, model, checkpoint, compile, loop. Each
+stage returns what the stages after it need (``RunSetup``, ``TrainingData``, ``BuiltModel``, ``RestoredState``,
+``CompiledRun``), so ``Trainer.run`` reads top to bottom; the loop is the shared skeleton (training/loop.py) with the
+acoustic step and periodic actions (training/acoustic_loop.py).
 
 Promises: every step is a compiled graph with a static input_signature, one per batch shape of the
 pipeline, all traced and run once at warm-up (weights and counters restored exactly); a trace afterwards
@@ -14,13 +17,13 @@ whole or not at all (temporary name, fsync, rename), so a kill mid-write never l
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from myxtts.cache_files import VOCAB_FILE
@@ -29,34 +32,93 @@ from myxtts.data.cache import corpus_summary
 from myxtts.data.pipeline import InputPipeline
 from myxtts.diagnostics.tf_warning import expected_traces
 from myxtts.durable import write_durably
-from myxtts.errors import ExpectedError
 from myxtts.locks import lock_cache_for_reading, lock_run_directory
 from myxtts.model import build_model, count_parameters
 from myxtts.outputs import RUN, check_workdir, read_marker, write_marker
 from myxtts.run_dir import RunDir
 from myxtts.text import Vocabulary
+from myxtts.training.acoustic_loop import (AcousticActions, AcousticLoopState, NonFiniteLossError,
+                                           check_block_alignment, first_utterance)
 from myxtts.training.checkpoint import Checkpoints, WorkdirError, check_resumable
 from myxtts.training.device_feed import DeviceFeed, default_device
 from myxtts.training.distribute import check_divisible, is_chief, make_strategy
 from myxtts.training.interrupt import StopOnSignals
 from myxtts.training.listener import Listener
-from myxtts.training.loop_state import LoopState, check_block_alignment
-from myxtts.training.reporting import MetricsLog, StepTimer, TraceAccounting, format_summary
+from myxtts.training.loop import run_loop
+from myxtts.training.reporting import StepTimer, TraceAccounting, format_summary
 from myxtts.training.schedule import make_optimizer
-from myxtts.training.stages import StagedRun, StopReason, TrainingClock, progress_bar
+from myxtts.training.stages import StagedRun, StopReason, TrainingClock
 from myxtts.training.shape_keys import shape_key
 from myxtts.training.steps import TrainingSteps
 from myxtts.training.warm_start import freeze_modules, warm_start, warm_start_mel_stats
-from myxtts.vocoder import GriffinLim
 
 logger = logging.getLogger(__name__)
 
 
-class NonFiniteLossError(ExpectedError, RuntimeError):
-    """Training stopped after training.max_nonfinite_steps non-finite steps in a row."""
+# ---- what each stage returns: what the stages after it need ---------------------------------------
+@dataclasses.dataclass(frozen=True)
+class RunSetup:
+    """``stage_config``: the distribution strategy; whether this process is the chief (the one writer)."""
+
+    strategy: tf.distribute.Strategy
+    chief: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingData:
+    """``stage_data``: the pipelines, the data iterator (checkpointed with the model) and what the text and mel
+    normalisation need."""
+
+    train_pipeline: InputPipeline
+    validation_pipeline: InputPipeline | None  # None: data.validation_size 0
+    signatures: list  # one batch signature per bucket: the compiled steps' input signatures
+    vocabulary: Vocabulary
+    vocab_path: Path  # copied into the run once it has accepted this config (stage_checkpoint)
+    mel_stats: Any  # MelStats: batches are normalised; synthesis denormalises with these
+    languages: list
+    iterator: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltModel:
+    """``stage_model``: the model, its optimizer and compiled-step owner."""
+
+    model: keras.Model
+    frozen: list  # the variables training.freeze holds fixed
+    steps: TrainingSteps
+    parameters: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoredState:
+    """``stage_checkpoint``: the checkpoints, the training time so far, where the weights came from."""
+
+    checkpoints: Checkpoints
+    trained_seconds: tf.Variable  # checkpointed: training.max_minutes counts every run a resume continues
+    restored_from: str | None  # the checkpoint a resume continues
+    init_from: dict | None  # the warm start's record (a new run started from another's weights)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledRun:
+    """``stage_compile``: the trace accounting, the summaries' forward pass, the listener, the warm-up's timings."""
+
+    traces: TraceAccounting
+    summary_function: Callable[[dict], dict] | None  # None: no summaries (summary_every 0, not chief, distributed)
+    summary_batch: dict | None
+    listener: Listener | None
+    warmup: dict[str, float]  # seconds per function traced and run at warm-up
+    warmup_total: float
+    warmup_names: dict[str, str]  # trace-accounting name of a compiled step -> its warm-up key
+
+    def warmup_seconds_of(self, name: str) -> float:
+        """Warm-up seconds of the function the trace accounting calls ``name`` (a step's under its shape alone)."""
+        return self.warmup.get(self.warmup_names.get(name, name), 0.0)
 
 
 class Trainer(StagedRun):
+    """``run()`` reads top to bottom: each stage takes what the stages before it returned."""
+
     def __init__(self, cfg: Config, workdir: str | Path, resume: bool = False, *, progress: bool = True,
                  echo: Callable[[str], None] = print,
                  batch_filter: Callable[[int, dict], dict] | None = None, feed_device: str | None = "auto",
@@ -69,318 +131,249 @@ class Trainer(StagedRun):
         self.progress, self.echo, self.batch_filter = progress, echo, batch_filter
         self.locks: list[Any] = []  # released by run(), however it ends
         self.stop_on_signals = stop_on_signals
-        self.feed_device = feed_device  # resolved in _start_loop: listing devices here would start TF's context
+        self.feed_device = feed_device  # resolved in stage_loop: listing devices here would start TF's context
         # before the strategy exists (MultiWorkerMirroredStrategy must configure collectives first)
+        # kept by run() for a look after it (tests, explain-retracing); the stages pass them to each other
+        self.data: TrainingData | None = None
+        self.compiled: CompiledRun | None = None
+        self.summary: dict[str, Any] | None = None
+
+    def run(self) -> dict[str, Any]:
+        try:
+            setup = self.stage_config()
+            self.data = data = self.stage_data(setup)
+            built = self.stage_model(setup, data)
+            restored = self.stage_checkpoint(setup, data, built)
+            self.compiled = compiled = self.stage_compile(setup, data, built, restored)
+            return self.stage_loop(setup, data, built, restored, compiled)
+        finally:
+            self.release_locks()
+
+    # ---- what a finished (or failed) run leaves to look at ---------------------------------------
+    @property
+    def traces(self) -> TraceAccounting | None:
+        return self.compiled.traces if self.compiled else None
+
+    @property
+    def listener(self) -> Listener | None:
+        return self.compiled.listener if self.compiled else None
+
+    @property
+    def warmup(self) -> dict[str, float]:
+        return self.compiled.warmup if self.compiled else {}
+
+    @property
+    def warmup_total(self) -> float:
+        return self.compiled.warmup_total if self.compiled else 0.0
+
+    @property
+    def validation_pipeline(self) -> InputPipeline | None:
+        return self.data.validation_pipeline if self.data else None
+
+    def warmup_seconds_of(self, name: str) -> float:
+        """Warm-up seconds of the function the trace accounting calls ``name`` (a step's under its shape alone)."""
+        return self.compiled.warmup_seconds_of(name) if self.compiled else 0.0
 
     # ---- stages ------------------------------------------------------------------------------------
-    def stage_config(self) -> None:
+    def stage_config(self) -> RunSetup:
         new = check_workdir(self.workdir, "train", RUN)  # a folder of other files is refused before any write
         t = self.cfg.training
         if t.deterministic:
             tf.config.experimental.enable_op_determinism()
         keras.utils.set_random_seed(t.seed)
         tf.config.run_functions_eagerly(t.enable_eager_debug)
-        self.strategy = make_strategy(self.cfg)
-        self.chief = is_chief(self.strategy)
+        strategy = make_strategy(self.cfg)
+        chief = is_chief(strategy)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        if self.chief:  # one writer per run directory: a second `train` fails here, before touching anything
+        if chief:  # one writer per run directory: a second `train` fails here, before touching anything
             self.locks.append(lock_run_directory(self.workdir))
             if new and read_marker(self.workdir) is None:
                 write_marker(self.workdir, "train", RUN)
+        return RunSetup(strategy, chief)
 
-    def stage_data(self) -> None:
+    def stage_data(self, setup: RunSetup) -> TrainingData:
         # held while training: prepare cannot rewrite the cache under it (and a rebuild in progress is waited for)
         self.locks.append(lock_cache_for_reading(self.cfg.cache_dir, self.echo))
-        replicas = self.strategy.num_replicas_in_sync  # bucket batches: replicas x a per-replica frame budget
+        replicas = setup.strategy.num_replicas_in_sync  # bucket batches: replicas x a per-replica frame budget
         # a warm start keeps its source's normalisation (training.init_mel_stats); None: the corpus' own
         mel_stats = warm_start_mel_stats(self.cfg, self.workdir, self.resume)
-        self.train_pipeline = InputPipeline(self.cfg, "train", replicas=replicas, mel_stats=mel_stats)
-        self.signatures = self.train_pipeline.signatures()
+        train_pipeline = InputPipeline(self.cfg, "train", replicas=replicas, mel_stats=mel_stats)
+        signatures = train_pipeline.signatures()
         # only fixed padding can still fail (data.batch_size)
-        check_divisible(self.train_pipeline.batch_signatures(), replicas)
-        self.validation_pipeline = InputPipeline(self.cfg, "validation", replicas=replicas, mel_stats=mel_stats) \
+        check_divisible(train_pipeline.batch_signatures(), replicas)
+        validation_pipeline = InputPipeline(self.cfg, "validation", replicas=replicas, mel_stats=mel_stats) \
             if self.cfg.data.validation_size else None
         vocab_path = self.cfg.cache_dir / VOCAB_FILE
-        self.vocabulary = Vocabulary.load(vocab_path)
-        self.mel_stats = self.train_pipeline.mel_stats  # batches are normalised; synthesis denormalises with these
-        self.languages = self.train_pipeline.source.manifest["languages"]
-        self.vocab_path = vocab_path  # copied into the run once it has accepted this config (stage_checkpoint)
-        # the iterator is checkpointed with the model (its position and shuffle state)
-        self.iterator = iter(self.train_pipeline.dataset(repeat=True))
+        return TrainingData(train_pipeline=train_pipeline, validation_pipeline=validation_pipeline,
+                            signatures=signatures, vocabulary=Vocabulary.load(vocab_path), vocab_path=vocab_path,
+                            mel_stats=train_pipeline.mel_stats, languages=train_pipeline.source.manifest["languages"],
+                            # the iterator is checkpointed with the model (its position and shuffle state)
+                            iterator=iter(train_pipeline.dataset(repeat=True)))
 
-    def stage_model(self) -> None:
-        with self.strategy.scope():
-            self.model = build_model(self.cfg, len(self.vocabulary.symbols))
+    def stage_model(self, setup: RunSetup, data: TrainingData) -> BuiltModel:
+        with setup.strategy.scope():
+            model = build_model(self.cfg, len(data.vocabulary.symbols))
             # before the optimizer is built: it only ever sees the trainable variables
-            self.frozen = freeze_modules(self.model, self.cfg.training.freeze)
-            self.optimizer = make_optimizer(self.cfg)
-            self.steps = TrainingSteps(self.model, self.optimizer, self.cfg, self.strategy)
-        self.parameters = count_parameters(self.model)
+            frozen = freeze_modules(model, self.cfg.training.freeze)
+            steps = TrainingSteps(model, make_optimizer(self.cfg), self.cfg, setup.strategy)
+        return BuiltModel(model=model, frozen=frozen, steps=steps, parameters=count_parameters(model))
 
-    def stage_checkpoint(self) -> None:
+    def stage_checkpoint(self, setup: RunSetup, data: TrainingData, built: BuiltModel) -> RestoredState:
         directory = RunDir(self.workdir).checkpoints
-        if not self.chief:  # other workers save too (collectives) but into a scratch folder
-            directory = self.workdir / f"worker-{self.strategy.cluster_resolver.task_id}-scratch"
+        if not setup.chief:  # other workers save too (collectives) but into a scratch folder
+            directory = self.workdir / f"worker-{setup.strategy.cluster_resolver.task_id}-scratch"
         # a tf.data service iterator cannot be saved: with data.service_address a resume restarts the stream
-        data_state = {"iterator": self.iterator} if self.train_pipeline.checkpointable else {}
+        data_state = {"iterator": data.iterator} if data.train_pipeline.checkpointable else {}
         # checkpointed, so training.max_minutes counts the training time of every run a resume continues
-        self.trained_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="trained_seconds")
-        self.checkpoints = Checkpoints(directory, self.cfg.training.keep_checkpoints, model=self.model,
-                                       optimizer=self.optimizer, trained_seconds=self.trained_seconds, **data_state,
-                                       **self.steps.checkpoint_objects())
-        self.restored_from = None
-        if self.checkpoints.latest and not self.resume:
-            raise WorkdirError(f"{directory} already holds checkpoints ({self.checkpoints.latest}); pass --resume to "
+        trained_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="trained_seconds")
+        checkpoints = Checkpoints(directory, self.cfg.training.keep_checkpoints, model=built.model,
+                                  optimizer=built.steps.optimizer, trained_seconds=trained_seconds, **data_state,
+                                  **built.steps.checkpoint_objects())
+        restored_from = None
+        if checkpoints.latest and not self.resume:
+            raise WorkdirError(f"{directory} already holds checkpoints ({checkpoints.latest}); pass --resume to "
                                "continue that run or choose another --workdir.")
-        if self.resume and self.checkpoints.latest:
-            check_resumable(directory, self.checkpoints.latest, self.cfg, self.steps.adversarial, self.workdir)
+        if self.resume and checkpoints.latest:
+            check_resumable(directory, checkpoints.latest, self.cfg, built.steps.adversarial, self.workdir)
         if self.resume:
-            self.restored_from = self.checkpoints.restore_latest()
-        self.init_from = None
-        if self.cfg.init_from is not None and self.restored_from is None:  # a resumed run has its own weights
-            self.init_from = warm_start(self.cfg, self.model, self.vocabulary, self.languages, self.workdir,
-                                        self.echo, record=self.chief)
-        if self.steps.weight_average is not None and self.restored_from is None:
-            self.steps.weight_average.reset()  # the average starts at the weights the run starts from
+            restored_from = checkpoints.restore_latest()
+        init_from = None
+        if self.cfg.init_from is not None and restored_from is None:  # a resumed run has its own weights
+            init_from = warm_start(self.cfg, built.model, data.vocabulary, data.languages, self.workdir, self.echo,
+                                   record=setup.chief)
+        if built.steps.weight_average is not None and restored_from is None:
+            built.steps.weight_average.reset()  # the average starts at the weights the run starts from
         # only once the run directory has accepted this config: a refused resume or start keeps the run's own files
-        if self.chief:
+        if setup.chief:
             run = RunDir(self.workdir)
             save_config(self.cfg, run.config)
-            write_durably(run.vocab, self.vocab_path.read_bytes())
-            self.mel_stats.save(run.mel_stats)
-            run.write_json(run.corpus, corpus_summary(self.train_pipeline.source.manifest))  # read by a warm start
+            write_durably(run.vocab, data.vocab_path.read_bytes())
+            data.mel_stats.save(run.mel_stats)
+            run.write_json(run.corpus, corpus_summary(data.train_pipeline.source.manifest))  # read by a warm start
+        return RestoredState(checkpoints=checkpoints, trained_seconds=trained_seconds, restored_from=restored_from,
+                             init_from=init_from)
 
-    def stage_compile(self) -> None:
+    def stage_compile(self, setup: RunSetup, data: TrainingData, built: BuiltModel,
+                      restored: RestoredState) -> CompiledRun:
         t = self.cfg.training
-        self.traces = TraceAccounting(t.strict_retracing, RunDir(self.workdir).retraces if self.chief else None)
+        traces = TraceAccounting(t.strict_retracing, RunDir(self.workdir).retraces if setup.chief else None)
+        try:
+            return self._compile(setup, data, built, restored, traces)
+        except BaseException:  # the loop closes it; a failure before the loop would leak it
+            traces.close()
+            raise
+
+    def _compile(self, setup: RunSetup, data: TrainingData, built: BuiltModel, restored: RestoredState,
+                 traces: TraceAccounting) -> CompiledRun:
+        t, steps = self.cfg.training, built.steps
         # a validate step for each bucket the validation split fills (none without one): no other shape reaches it
-        validated = self.validation_pipeline.buckets_in_use() if self.validation_pipeline else []
-        self.steps.build(self.signatures, self.traces.watch, validated)
-        self.summary_batch, self.summary_function = None, None
-        if t.summary_every and self.chief and t.distribution == "none":
-            self.summary_batch = self._first_batch()
-            spec = {k: tf.TensorSpec(v.shape, v.dtype) for k, v in self.summary_batch.items()}
-            function = tf.function(lambda batch: self.model(batch, training=False), input_signature=[spec],
+        validated = data.validation_pipeline.buckets_in_use() if data.validation_pipeline else []
+        steps.build(data.signatures, traces.watch, validated)
+        summary_batch, summary_function = None, None
+        if t.summary_every and setup.chief and t.distribution == "none":
+            summary_batch = first_utterance(data.validation_pipeline or data.train_pipeline)
+            spec = {k: tf.TensorSpec(v.shape, v.dtype) for k, v in summary_batch.items()}
+            function = tf.function(lambda batch: built.model(batch, training=False), input_signature=[spec],
                                    autograph=False)
-            self.summary_function = self.traces.watch(function, "summary_forward") if t.enable_graph_mode else \
+            summary_function = traces.watch(function, "summary_forward") if t.enable_graph_mode else \
                 function.python_function
-        self.listener = Listener.create(self.cfg, self.model, self.vocabulary, self.mel_stats,
-                                        self.validation_pipeline, self.chief, self.echo)
+        listener = Listener.create(self.cfg, built.model, data.vocabulary, data.mel_stats, data.validation_pipeline,
+                                   setup.chief, self.echo)
+        compiled = CompiledRun(traces=traces, summary_function=summary_function, summary_batch=summary_batch,
+                               listener=listener, warmup={}, warmup_total=0.0,
+                               warmup_names=steps.warmup_names)
         started = time.perf_counter()
-        if self._nothing_to_train():  # a resume at max_steps or past its time budget: no step runs, none is traced
-            self.warmup, self.warmup_total = {}, 0.0
-            self.traces.end_warmup()
-            return
+        if self._nothing_to_train(built, restored):  # a resume at max_steps or past its time budget: nothing traced
+            traces.end_warmup()
+            return compiled
         # every step function traced AND run once (state restored), so no bucket's first real step pays
         # TF's graph optimisation; the calls go through the monitor, which counts these traces as warm-up
         # one tf.function per bucket wraps the same method, so TF's generic "N out of the last M calls
         # triggered retracing" warning fires on these expected first traces; the monitor keeps them all
         with expected_traces():
-            self.warmup = self.steps.warm_up()
-            if self.listener is not None:  # free-running synthesis of the validation sentences: traced here only
-                self.warmup["listening"] = self.listener.warm_up(self.traces.watch)
-        if self.summary_function is not None and t.enable_graph_mode:
+            warmup = steps.warm_up()
+            if listener is not None:  # free-running synthesis of the validation sentences: traced here only
+                warmup["listening"] = listener.warm_up(traces.watch)
+        if summary_function is not None and t.enable_graph_mode:
             begin = time.perf_counter()
-            outputs = self.summary_function(self.summary_batch)  # forward only: changes no variable
+            outputs = summary_function(summary_batch)  # forward only: changes no variable
             tf.nest.map_structure(lambda tensor: tensor.numpy(), outputs)
-            self.warmup["summary_forward"] = time.perf_counter() - begin
-        self.warmup_total = time.perf_counter() - started
-        self.traces.end_warmup()
-        self.echo(f"warm-up: traced and ran {len(self.warmup)} functions in {self.warmup_total:.1f} s "
-                  f"({self.parameters:,} parameters, {len(self.signatures)} batch shapes; state restored)")
+            warmup["summary_forward"] = time.perf_counter() - begin
+        warmup_total = time.perf_counter() - started
+        traces.end_warmup()
+        self.echo(f"warm-up: traced and ran {len(warmup)} functions in {warmup_total:.1f} s "
+                  f"({built.parameters:,} parameters, {len(data.signatures)} batch shapes; state restored)")
+        return dataclasses.replace(compiled, warmup=warmup, warmup_total=warmup_total)
 
-    def stage_loop(self) -> dict[str, Any]:
+    def stage_loop(self, setup: RunSetup, data: TrainingData, built: BuiltModel, restored: RestoredState,
+                   compiled: CompiledRun) -> dict[str, Any]:
         t = self.cfg.training
-        loop = self._start_loop()
+        loop = self._start_loop(setup, data, built, restored)
         # Ctrl-C / SIGTERM: end of this step, checkpoint, stop (one worker of several cannot stop alone)
-        self.interrupt = StopOnSignals(enabled=self.stop_on_signals and t.distribution != "multi_worker")
-        self.interrupt.install()
+        interrupt = StopOnSignals(enabled=self.stop_on_signals and t.distribution != "multi_worker")
+        actions = AcousticActions(
+            cfg=self.cfg, steps=built.steps, checkpoints=restored.checkpoints, trained_seconds=restored.trained_seconds,
+            traces=compiled.traces, validation_pipeline=data.validation_pipeline, listener=compiled.listener,
+            mel_stats=data.mel_stats, summary_function=compiled.summary_function,
+            summary_batch=compiled.summary_batch, batch_filter=self.batch_filter)
         try:
-            while loop.step < t.max_steps and loop.stopped is None:
-                out = self._train_call(loop)  # dispatched; nothing below waits for it but the host reads
-                # host reads (which wait for the device) only at log / checkpoint points: the NaN guard skips bad
-                # updates inside the graph, so reading its counter there loses nothing
-                if loop.at_log_point(t.log_every):
-                    self._log(out, loop)
-                self._guard_nonfinite(out, loop)
-                loop.bar.update(loop.per_call)
-                loop.stopped = loop.stop_reason(self.interrupt.requested)
-                if loop.stopped is not StopReason.INTERRUPTED:
-                    self._validate_and_listen(loop)
-                    self._summarise(loop)
-                if self.interrupt.requested and loop.step < t.max_steps:  # also a signal during validation / listening
-                    loop.stopped = StopReason.INTERRUPTED
-                if loop.crossed(t.checkpoint_every) or loop.final:
-                    self._checkpoint(loop)
-                if loop.stopped is not None:
-                    self._say_why_stopped(loop)
-                elif loop.step < t.max_steps:
-                    loop.feed.refill()  # the next batch goes to the device while this step runs
+            run_loop(loop, actions.actions(), interrupt, log_every=t.log_every, checkpoint_every=t.checkpoint_every,
+                     echo=self.echo, iterator_checkpointed=data.train_pipeline.checkpointable)
         except NonFiniteLossError:
             loop.stopped = StopReason.NONFINITE
             raise
         finally:
-            self.interrupt.restore()
-            loop.bar.close()
-            loop.metrics.close()
-            self.summary = self._summary(loop)
-            self.traces.close()
+            self.summary = self._summary(loop, interrupt, setup, data, built, restored, compiled)
+            compiled.traces.close()
         self.echo(format_summary(self.summary))
         return self.summary
 
-    # ---- the loop's steps and periodic actions -----------------------------------------------------
-    def _start_loop(self) -> LoopState:
-        """The loop's state at the step the counters were restored to; a spent time budget stops it at once."""
+    # ---- helpers -----------------------------------------------------------------------------------
+    def _start_loop(self, setup: RunSetup, data: TrainingData, built: BuiltModel, restored: RestoredState) -> AcousticLoopState:
+        """The loop's state at the step the counters were restored to."""
         t = self.cfg.training
-        start_step = int(self.steps.micro_step.numpy()) // t.gradient_accumulation_steps
+        start_step = int(built.steps.micro_step.numpy()) // t.gradient_accumulation_steps
         check_block_alignment(start_step, t.max_steps, t.steps_per_execution)
         device = self.feed_device
         if device == "auto":  # one device: copy ahead to the GPU; a strategy places each replica's slice itself
             device = default_device(self.cfg.data.prefetch_to_gpu) if t.distribution == "none" else None
         timer = StepTimer()
-        loop = LoopState(start_step=start_step, max_steps=t.max_steps, per_call=t.steps_per_execution,
-                         clock=TrainingClock(float(self.trained_seconds.numpy()), t.max_minutes),
-                         feed=DeviceFeed(self.iterator, device, fetch=timer.next_batch), timer=timer,
-                         metrics=MetricsLog(self.workdir, enabled=self.chief),
-                         bar=progress_bar(t.max_steps, start_step, self.progress and self.chief))
-        if loop.clock.spent_before():  # a resume whose budget is already spent trains nothing
-            loop.stopped = StopReason.MAX_MINUTES
-            self.echo(f"training.max_minutes ({t.max_minutes:g}) already spent at step {start_step}; raise it to go on")
-        return loop
+        return AcousticLoopState.begin(t, start_step, restored.trained_seconds, self.workdir, progress=self.progress,
+                                       chief=setup.chief, per_call=t.steps_per_execution, timer=timer,
+                                       feed=DeviceFeed(data.iterator, device, fetch=timer.next_batch))
 
-    def _train_call(self, loop: LoopState) -> dict[str, tf.Tensor]:
-        """Feed one compiled call (gradient_accumulation_steps batches or blocks) and dispatch it."""
-        loop.call_started = time.perf_counter()
-        batches = []
-        for _ in range(self.cfg.training.gradient_accumulation_steps):
-            batch = loop.feed.take()
-            batches.append(self.batch_filter(loop.step, batch) if self.batch_filter is not None else batch)
-        out = self.steps.train_cycle(batches)
-        loop.frames = loop.frames + out["real_frames"]
-        loop.step += loop.per_call
-        return out
-
-    def _log(self, out: dict[str, tf.Tensor], loop: LoopState) -> None:
-        """A metrics.jsonl record (and TensorBoard scalars) of the last call; the progress bar's loss."""
-        record = {key: float(value) for key, value in out.items()}
-        elapsed = loop.clock.elapsed()
-        record.update(step=loop.step, step_time=(time.perf_counter() - loop.call_started) / loop.per_call,
-                      input_wait_share=loop.timer.input_wait_share(elapsed),
-                      mel_frames_per_second=float(loop.frames) / max(elapsed, 1e-9),
-                      traces_after_warmup=self.traces.retraces_after_warmup())
-        loop.metrics.write(record)
-        loop.first_loss = record["total"] if loop.first_loss is None else loop.first_loss
-        loop.last_loss = record["total"]
-        loop.bar.set_postfix(loss=f"{loop.last_loss:.3f}", frames_s=f"{record['mel_frames_per_second']:.0f}")
-
-    def _guard_nonfinite(self, out: dict[str, tf.Tensor], loop: LoopState) -> None:
-        """Raise after training.max_nonfinite_steps non-finite steps in a row (read at log / checkpoint points)."""
+    def _nothing_to_train(self, built: BuiltModel, restored: RestoredState) -> bool:
         t = self.cfg.training
-        read_now = loop.at_log_point(t.log_every) or loop.crossed(t.checkpoint_every)
-        in_a_row = int(out["nonfinite_in_a_row"]) if read_now else 0
-        if in_a_row >= t.max_nonfinite_steps:
-            raise NonFiniteLossError(
-                f"Stopped at step {loop.step}: {in_a_row} steps in a row had a non-finite loss or gradient "
-                f"(training.max_nonfinite_steps = {t.max_nonfinite_steps}); those updates were skipped. The last good "
-                f"checkpoint is {self.checkpoints.latest or 'none (no checkpoint saved yet)'}. Lower "
-                "training.learning_rate, keep training.gradient_clip_norm > 0, or check the data "
-                "(`myxtts prepare` rejects non-finite audio).")
+        at_end = int(built.steps.micro_step.numpy()) // t.gradient_accumulation_steps >= t.max_steps
+        return at_end or TrainingClock(float(restored.trained_seconds.numpy()), t.max_minutes).spent_before()
 
-    def _validate_and_listen(self, loop: LoopState) -> None:
-        """Every validate_every steps and at the last: the validation losses, then the listening sentences."""
-        if self.validation_pipeline is None or not (loop.crossed(self.cfg.training.validate_every) or loop.final):
-            return
-        loop.validation_loss = self._validate(loop.step, loop.metrics)
-        if self.listener is not None:
-            with loop.clock.paused():  # free-running synthesis: not training time (max_minutes, frames/s)
-                self.listener(loop.step, loop.metrics)
-
-    def _summarise(self, loop: LoopState) -> None:
-        """Every summary_every steps: mel / alignment images and an audio sample to TensorBoard."""
-        if self.summary_function is not None and loop.crossed(self.cfg.training.summary_every):
-            self._write_summaries(loop.step, loop.metrics)
-
-    def _checkpoint(self, loop: LoopState) -> None:
-        """Every checkpoint_every steps, at the last and when stopping early; with the training time so far."""
-        self.trained_seconds.assign(loop.clock.trained_seconds())
-        self.checkpoints.save(loop.step)  # the feed holds no batch here: the iterator position is exact
-
-    def _say_why_stopped(self, loop: LoopState) -> None:
-        """Early stops say why and how to go on."""
-        t = self.cfg.training
-        if loop.stopped is StopReason.MAX_MINUTES:
-            self.echo(f"training.max_minutes ({t.max_minutes:g}) reached at step {loop.step}: checkpoint saved; "
-                      "--resume continues with the budget's remainder (raise max_minutes to go on)")
-        elif loop.stopped is StopReason.INTERRUPTED:
-            exactly = "exactly" if self.train_pipeline.checkpointable else \
-                "(the tf.data service's iterator is not checkpointed)"
-            self.echo(f"{self.interrupt.requested} at step {loop.step}: the step finished and a checkpoint was "
-                      f"saved; a resume continues from it {exactly}")
-
-    # ---- helpers -----------------------------------------------------------------------------------
-    def _nothing_to_train(self) -> bool:
-        t = self.cfg.training
-        at_end = int(self.steps.micro_step.numpy()) // t.gradient_accumulation_steps >= t.max_steps
-        return at_end or TrainingClock(float(self.trained_seconds.numpy()), t.max_minutes).spent_before()
-
-    def _first_batch(self) -> dict:
-        pipeline = self.validation_pipeline or self.train_pipeline
-        batch = next(iter(pipeline.dataset(repeat=False)))
-        if pipeline.steps_per_execution > 1:  # a block [K, batch, ...]: its first batch
-            batch = {k: v[0] for k, v in batch.items()}
-        return {k: v[:1] for k, v in batch.items()}  # one utterance for the images / audio
-
-    def _validate(self, step: int, metrics: MetricsLog) -> float:
-        totals: dict[str, float] = {}
-        batches = 0
-        for batch in self.validation_pipeline.dataset(repeat=False):
-            for key, value in self.steps.validate(batch).items():
-                totals[key] = totals.get(key, 0.0) + float(value)
-            batches += 1
-        record = {k: v / max(batches, 1) for k, v in totals.items() if k != "real_frames"}
-        metrics.write({"step": step, **record}, split="validation")
-        return record["total"]
-
-    def _write_summaries(self, step: int, metrics: MetricsLog) -> None:
-        outputs = self.summary_function(self.summary_batch)
-        frames = int(self.summary_batch["mel_lengths"][0])
-        steps = -(-frames // self.cfg.model.reduction_factor)
-        tokens = int(self.summary_batch["token_lengths"][0])
-        mel = self.mel_stats.denormalize(outputs["mel_after"][0, :frames].numpy())  # the real log mel
-        if not hasattr(self, "_vocoder"):
-            self._vocoder = GriffinLim(self.cfg.audio)
-        audio = np.asarray(self._vocoder(mel))
-        metrics.images_and_audio(step, mel, self.mel_stats.denormalize(self.summary_batch["mel"][0, :frames].numpy()),
-                                 outputs["alignments"][0, :steps, :tokens].numpy(), audio, self.cfg.audio.sample_rate)
-
-    def warmup_seconds_of(self, name: str) -> float:
-        """Warm-up seconds of the function the trace accounting calls ``name`` (a step's under its shape alone)."""
-        return self.warmup.get(self.steps.warmup_names.get(name, name), 0.0)
-
-    def _summary(self, loop: LoopState) -> dict[str, Any]:
-        counts = self.traces.counts()
-        traces = {name: {"traces": counts.get(name, 0), "warmup_seconds": self.warmup_seconds_of(name)}
-                  for name in counts}
+    def _summary(self, loop: AcousticLoopState, interrupt: StopOnSignals, setup: RunSetup, data: TrainingData,
+                 built: BuiltModel, restored: RestoredState, compiled: CompiledRun) -> dict[str, Any]:
+        traces, steps = compiled.traces, built.steps
+        counts = traces.counts()
+        functions = {name: {"traces": counts.get(name, 0), "warmup_seconds": compiled.warmup_seconds_of(name)}
+                     for name in counts}
         done, elapsed = loop.step - loop.start_step, loop.clock.elapsed()
         return {
-            "steps": loop.step, "steps_this_run": done, "updates": self.steps.update_step,
-            "nonfinite_total": int(self.steps.nonfinite_total.numpy()),
+            "steps": loop.step, "steps_this_run": done, "updates": steps.update_step,
+            "nonfinite_total": int(steps.nonfinite_total.numpy()),
             "stopped": (loop.stopped or StopReason.MAX_STEPS).value,  # None also after an exception other than NaN's
-            "interrupted_by": self.interrupt.requested,  # also set when the signal came at the last step
-            "parameters": self.parameters, "batch_shapes": len(self.signatures),
-            "replicas": self.strategy.num_replicas_in_sync, "traces": traces,
-            "warmup_traces": sum(self.traces.warmup_counts.values()), "warmup_seconds": self.warmup_total,
-            "retraces_after_warmup": self.traces.retraces_after_warmup(),
-            "retrace_explanations": self.traces.explanations(),
+            "interrupted_by": interrupt.requested,  # also set when the signal came at the last step
+            "parameters": built.parameters, "batch_shapes": len(data.signatures),
+            "replicas": setup.strategy.num_replicas_in_sync, "traces": functions,
+            "warmup_traces": sum(traces.warmup_counts.values()), "warmup_seconds": compiled.warmup_total,
+            "retraces_after_warmup": traces.retraces_after_warmup(),
+            "retrace_explanations": traces.explanations(),
             "loss_first": loop.first_loss, "loss_last": loop.last_loss, "validation_loss": loop.validation_loss,
             "mel_frames_per_second": float(loop.frames) / max(elapsed, 1e-9),
             "steps_per_second": done / max(elapsed, 1e-9),
             "input_wait_share": loop.timer.input_wait_share(elapsed),
             "input_wait_share_raw": loop.timer.raw_input_wait_share(elapsed),
             "input_wait_note": loop.timer.correction_note, "seconds": elapsed,
-            "resumed_from": self.restored_from, "run_dir": str(self.workdir),
-            "init_from": self.init_from["checkpoint"] if self.init_from else None, "frozen_variables": len(self.frozen),
-            "checkpoint": self.checkpoints.latest, "weight_average_decay": self.cfg.training.ema_decay,
+            "resumed_from": restored.restored_from, "run_dir": str(self.workdir),
+            "init_from": restored.init_from["checkpoint"] if restored.init_from else None,
+            "frozen_variables": len(built.frozen), "checkpoint": restored.checkpoints.latest,
+            "weight_average_decay": self.cfg.training.ema_decay,
         }
 
 

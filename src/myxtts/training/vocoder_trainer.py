@@ -15,7 +15,6 @@ the data iterator.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -37,8 +36,9 @@ from myxtts.run_dir import RunDir
 from myxtts.training.acoustic_mels import write_acoustic_mels
 from myxtts.training.checkpoint import Checkpoints
 from myxtts.training.interrupt import StopOnSignals
-from myxtts.training.reporting import MetricsLog, StepTimer, TraceAccounting
-from myxtts.training.stages import StagedRun, StopReason, TrainingClock, progress_bar
+from myxtts.training.loop import LoopActions, LoopState, run_loop, save_checkpoint
+from myxtts.training.reporting import MetricsLog, TraceAccounting
+from myxtts.training.stages import StagedRun, StopReason
 from myxtts.training.vocoder_steps import GanSteps
 from myxtts.vocoder.discriminators import build_discriminators
 from myxtts.vocoder.generators import build_generator
@@ -173,83 +173,73 @@ class VocoderTrainer(StagedRun):
 
     def stage_loop(self) -> dict[str, Any]:
         t = self.cfg.training
-        loop = _Loop(start_step=int(self.step.numpy()), metrics=MetricsLog(self.workdir),
-                     clock=TrainingClock(float(self.trained_seconds.numpy()), t.max_minutes))
-        step = loop.start_step
-        bar = progress_bar(t.max_steps, step, self.progress)
+        loop = LoopState.begin(t, int(self.step.numpy()), self.trained_seconds, self.workdir, progress=self.progress)
         interrupt = StopOnSignals(enabled=self.stop_on_signals)
-        interrupt.install()
-        stopped = StopReason.MAX_MINUTES if loop.clock.spent_before() else None
+        actions = LoopActions(train_call=self._train_call, log=self._log, checkpoint=self._checkpoint,
+                              periodic=self._validate_periodically)
         try:
-            while step < t.max_steps and stopped is None:
-                phase = "adversarial" if step >= self.cfg.vocoder.adversarial_start_step else "reconstruction"
-                out = self.functions[f"{phase}_step"](loop.timer.next_batch(self.iterator))
-                step += 1
-                if step == loop.start_step + 1 or step % t.log_every == 0 or step == t.max_steps:
-                    self._log(step, phase, out, loop, bar)
-                bar.update(1)
-                stopped = self._stop_reason(step, loop, interrupt)
-                final = step == t.max_steps or stopped is not None
-                if (step % t.validate_every == 0 or final) and stopped is not StopReason.INTERRUPTED:
-                    with loop.clock.paused():  # validation is not training time
-                        loop.validation = self._validate(step, loop.metrics, audio=bool(t.summary_every) and (
-                            step % t.summary_every == 0 or final))
-                if step % t.checkpoint_every == 0 or final:
-                    self._checkpoint(step, loop)
+            run_loop(loop, actions, interrupt, log_every=t.log_every, checkpoint_every=t.checkpoint_every,
+                     echo=self.echo)
         finally:
-            interrupt.restore()
-            bar.close()
-            loop.metrics.close()
             self.traces.close()
-        if stopped is StopReason.MAX_MINUTES:
-            self.echo(f"training.max_minutes ({t.max_minutes:g}) reached at step {step}: checkpoint saved; --resume "
-                      "continues with the budget's remainder")
-        self.summary = self._summary(step, stopped or StopReason.MAX_STEPS, interrupt, loop)
+        self.summary = self._summary(loop, interrupt)
         self.echo(format_vocoder_summary(self.summary))
         return self.summary
 
-    # ---- the loop's periodic actions --------------------------------------------------------------------
-    def _log(self, step: int, phase: str, out: dict[str, tf.Tensor], loop: "_Loop", bar: Any) -> None:
+    # ---- the loop's step and periodic actions -----------------------------------------------------------
+    def _phase(self, step: int) -> str:
+        """The generator alone for the first vocoder.adversarial_start_step steps, then the GAN."""
+        return "adversarial" if step >= self.cfg.vocoder.adversarial_start_step else "reconstruction"
+
+    def _train_call(self, loop: LoopState) -> dict[str, tf.Tensor]:
+        out = self.functions[f"{self._phase(loop.step)}_step"](loop.timer.next_batch(self.iterator))
+        loop.step += 1
+        return out
+
+    def _log(self, out: dict[str, tf.Tensor], loop: LoopState) -> None:
         """metrics.jsonl + TensorBoard + the progress bar; the NaN guard's counter is read here (a host read)."""
         t = self.cfg.training
+        phase = self._phase(loop.step - 1)  # the step just run
         record = {key: float(value) for key, value in out.items()}
         elapsed = loop.clock.elapsed()
-        record.update(step=step, phase=phase, input_wait_share=loop.timer.input_wait_share(elapsed),
-                      steps_per_second=(step - loop.start_step) / max(elapsed, 1e-9),
+        record.update(step=loop.step, phase=phase, input_wait_share=loop.timer.input_wait_share(elapsed),
+                      steps_per_second=(loop.step - loop.start_step) / max(elapsed, 1e-9),
                       traces_after_warmup=self.traces.retraces_after_warmup())
         loop.metrics.write(record)
         loop.first_loss = record["total"] if loop.first_loss is None else loop.first_loss
         loop.last_loss = record["total"]
-        bar.set_postfix(mel=f"{record['mel_l1']:.3f}", phase=phase)
+        loop.bar.set_postfix(mel=f"{record['mel_l1']:.3f}", phase=phase)
         if record["nonfinite_in_a_row"] >= t.max_nonfinite_steps:
             raise VocoderTrainingError(
-                f"Stopped at step {step}: {int(record['nonfinite_in_a_row'])} steps in a row had a non-finite loss or "
-                f"gradient (skipped; training.max_nonfinite_steps = {t.max_nonfinite_steps}). Last checkpoint: "
-                f"{self.checkpoints.latest or 'none'}. Lower training.learning_rate or "
+                f"Stopped at step {loop.step}: {int(record['nonfinite_in_a_row'])} steps in a row had a non-finite "
+                f"loss or gradient (skipped; training.max_nonfinite_steps = {t.max_nonfinite_steps}). Last "
+                f"checkpoint: {self.checkpoints.latest or 'none'}. Lower training.learning_rate or "
                 "vocoder.discriminator_learning_rate.")
 
-    def _stop_reason(self, step: int, loop: "_Loop", interrupt: StopOnSignals) -> "StopReason | None":
-        if step >= self.cfg.training.max_steps:
-            return None  # the loop ends by itself: max_steps
-        if interrupt.requested:
-            return StopReason.INTERRUPTED
-        return StopReason.MAX_MINUTES if loop.clock.out_of_time() else None
+    def _validate_periodically(self, loop: LoopState) -> None:
+        """Every validate_every steps and at the last: resynthesis of the validation clips (their audio every
+        summary_every steps and at the last)."""
+        t = self.cfg.training
+        if loop.crossed(t.validate_every) or loop.final:
+            with loop.clock.paused():  # validation is not training time
+                loop.validation_loss = self._validate(loop.step, loop.metrics, audio=bool(t.summary_every) and (
+                    loop.crossed(t.summary_every) or loop.final))
 
-    def _checkpoint(self, step: int, loop: "_Loop") -> None:
-        self.trained_seconds.assign(loop.clock.trained_seconds())
-        self.step.assign(step)
-        self.checkpoints.save(step)  # the batch of this step is consumed: the iterator position is exact
+    def _checkpoint(self, loop: LoopState) -> None:
+        self.step.assign(loop.step)
+        save_checkpoint(loop, self.checkpoints, self.trained_seconds)
 
-    def _summary(self, step: int, stopped: "StopReason", interrupt: StopOnSignals, loop: "_Loop") -> dict[str, Any]:
+    def _summary(self, loop: LoopState, interrupt: StopOnSignals) -> dict[str, Any]:
         elapsed = loop.clock.elapsed()
         return {
-            "steps": step, "steps_this_run": step - loop.start_step, "stopped": stopped.value,
+            "steps": loop.step, "steps_this_run": loop.step - loop.start_step,
+            "stopped": (loop.stopped or StopReason.MAX_STEPS).value,
             "interrupted_by": interrupt.requested, "parameters": self.parameters,
             "nonfinite_total": int(self.steps.nonfinite_total.numpy()), "warmup_seconds": self.warmup_total,
             "traces": self.traces.counts(), "retraces_after_warmup": self.traces.retraces_after_warmup(),
             "retrace_explanations": self.traces.explanations(), "loss_first": loop.first_loss,
-            "loss_last": loop.last_loss, "validation_mel_l1": loop.validation,
-            "steps_per_second": (step - loop.start_step) / max(elapsed, 1e-9),
+            "loss_last": loop.last_loss, "validation_mel_l1": loop.validation_loss,
+            "steps_per_second": (loop.step - loop.start_step) / max(elapsed, 1e-9),
             "input_wait_share": loop.timer.input_wait_share(elapsed), "seconds": elapsed,
             "trained_minutes": float(self.trained_seconds.numpy()) / 60.0,
             "skipped_short_clips": len(self.segments.skipped), "resumed_from": self.restored_from,
@@ -291,19 +281,6 @@ class VocoderTrainer(StagedRun):
         value = float(np.mean(errors))
         metrics.write({"step": step, "mel_l1": value}, split="validation")
         return value
-
-
-@dataclasses.dataclass
-class _Loop:
-    """The training loop's running state: where it started, its clock, the figures it reports."""
-
-    start_step: int
-    metrics: MetricsLog
-    clock: TrainingClock  # training seconds (validation excluded) against training.max_minutes, over resumes
-    timer: StepTimer = dataclasses.field(default_factory=StepTimer)
-    first_loss: float | None = None
-    last_loss: float | None = None
-    validation: float | None = None
 
 
 def format_vocoder_summary(summary: dict[str, Any]) -> str:
