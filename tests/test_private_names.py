@@ -16,10 +16,6 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "myxtts"
 
-# Uses allowed for now, as (path under src/myxtts, name): none (cli/diag_commands.py no longer reads
-# cli/train_commands.py's _known_errors: every command reports expected errors through cli/failures.py).
-ALLOWED: set[tuple[str, str]] = set()
-
 # Third-party private names that share their spelling with a myxtts definition (the scan goes by name, not type), as
 # (path under src/myxtts, name): what each one is.
 THIRD_PARTY = {("espeak.py", "_handle"): "ctypes.CDLL's handle of the loaded library (elsewhere: a class's own file or handler)"}
@@ -110,14 +106,14 @@ def foreign_private_uses() -> list[str]:
         where = relative(path)
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and is_private(node.attr) and not is_self(node.value):
-                if (node.attr in own[path] or node.attr not in defined_in or (where, node.attr) in ALLOWED
+                if (node.attr in own[path] or node.attr not in defined_in
                         or (where, node.attr) in THIRD_PARTY):
                     continue
                 homes = ", ".join(sorted(defined_in[node.attr]))
                 found.append((where, node.lineno, f"{node.attr} ({ast.unparse(node)}; defined in {homes})"))
             elif isinstance(node, ast.ImportFrom) and (source := imported_module(node, path)) is not None:
                 for alias in node.names:
-                    if is_private(alias.name) and (where, alias.name) not in ALLOWED:
+                    if is_private(alias.name):
                         found.append((where, node.lineno, f"{alias.name} (from {source} import {alias.name})"))
     return [f"src/myxtts/{where}:{line}: {message}" for where, line, message in sorted(found)]
 
