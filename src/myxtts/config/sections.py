@@ -126,6 +126,10 @@ class ModelConfig:
     postnet_channels: int | None = None
     postnet_layers: int | None = None
     decoder_conv_blocks: int | None = None  # parallel decoder: residual dilated convolution blocks
+    # parallel decoder: every block's LayerNorm also takes a scale and a shift from the speaker vector (style-adaptive
+    # layer norm, Meta-StyleSpeech), so the voice reaches every block rather than entering once; its projections start
+    # at zero, so a warm start from a model without them begins as that model (the warm start adds them fresh)
+    speaker_adaptive_norm: bool = False
     text_ff_kernel: int | None = None  # text encoder feed-forward: 1 position-wise, > 1 convolution over k tokens
     # frames per decoder step; None: the decoder's own (parallel 1, the only value it takes; autoregressive 2)
     reduction_factor: int | None = None

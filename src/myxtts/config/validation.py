@@ -278,7 +278,7 @@ def _check_vocoder_family_keys(cfg: Config) -> None:
 
 # keys that only one decoder reads: set to anything but the default for the other decoder, they are rejected
 AUTOREGRESSIVE_ONLY_KEYS = ("decoder_layers", "prenet_dim")
-PARALLEL_ONLY_KEYS = ("decoder_conv_blocks",)
+PARALLEL_ONLY_KEYS = ("decoder_conv_blocks", "speaker_adaptive_norm")
 
 
 def _check_decoder_keys(m: ModelConfig) -> None:

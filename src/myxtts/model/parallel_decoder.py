@@ -21,17 +21,29 @@ SPEAKER_ATTENTION_AFTER = 1  # frames attend to the speaker latents after this b
 
 
 class ResidualConvBlock(BuiltByFirstCall, keras.layers.Layer):
-    """x + dropout(relu(conv(LayerNorm(x)))) with a dilated 'same' convolution; padding re-zeroed."""
+    """x + dropout(relu(conv(LayerNorm(x)))) with a dilated 'same' convolution; padding re-zeroed.
 
-    def __init__(self, channels: int, dilation: int, dropout: float, sites: SiteCounter, **kwargs):
+    With ``adaptive`` (``model.speaker_adaptive_norm``) the normalised frames are scaled and shifted by the speaker
+    vector, ``LayerNorm(x) * (1 + scale) + shift`` with ``[scale, shift] = speaker_film(speaker)`` (style-adaptive
+    layer norm, Meta-StyleSpeech). The projection starts at zero: the block begins as the plain one.
+    """
+
+    def __init__(self, channels: int, dilation: int, dropout: float, sites: SiteCounter, adaptive: bool = False,
+                 **kwargs):
         super().__init__(**kwargs)
         self.norm = keras.layers.LayerNormalization(epsilon=1e-5, name="norm")
         self.conv = keras.layers.Conv1D(channels, DECODER_KERNEL, padding="same", dilation_rate=dilation,
                                         activation="relu", name="conv")
+        self.speaker_film = (keras.layers.Dense(2 * channels, kernel_initializer="zeros", name="speaker_film")
+                             if adaptive else None)
         self.rate, self.site = dropout, sites()
 
-    def call(self, x, frame_mask, training=False, seed=None):
-        update = stateless_dropout(self.conv(self.norm(x)), self.rate, training, seed, self.site)
+    def call(self, x, frame_mask, speaker=None, training=False, seed=None):
+        normed = self.norm(x)  # [B, T_mel, d]
+        if self.speaker_film is not None:
+            scale, shift = tf.split(self.speaker_film(speaker), 2, axis=-1)  # each [B, 1, d]
+            normed = normed * (1.0 + scale) + shift
+        update = stateless_dropout(self.conv(normed), self.rate, training, seed, self.site)
         return (x + update) * frame_mask
 
 
@@ -39,7 +51,8 @@ class ParallelDecoder(BuiltByFirstCall, keras.layers.Layer):
     """Frame encodings ``[B, T_mel, d]`` + speaker latents ``[B, K, d]`` -> mel ``[B, T_mel, n_mels]`` float32.
 
     The voice enters twice: a global speaker vector (projected mean of the latents) added to every frame, and
-    an attention of every frame over the K latents after block ``SPEAKER_ATTENTION_AFTER``.
+    an attention of every frame over the K latents after block ``SPEAKER_ATTENTION_AFTER``; with
+    ``model.speaker_adaptive_norm`` a third time, in every block's norm (the mean of the latents).
     """
 
     def __init__(self, dims: ModelDims, sites: SiteCounter, **kwargs):
@@ -47,8 +60,8 @@ class ParallelDecoder(BuiltByFirstCall, keras.layers.Layer):
         self.dims = dims
         count = dims.decoder_conv_blocks
         dilations = [DILATION_CYCLE[i % len(DILATION_CYCLE)] for i in range(count - 1)] + [1]
-        self.blocks = [ResidualConvBlock(dims.d_model, dilation, dims.dropout, sites, name=f"block_{i}")
-                       for i, dilation in enumerate(dilations)]
+        self.blocks = [ResidualConvBlock(dims.d_model, dilation, dims.dropout, sites, dims.speaker_adaptive_norm,
+                                         name=f"block_{i}") for i, dilation in enumerate(dilations)]
         self.speaker_proj = keras.layers.Dense(dims.d_model, name="speaker_proj")
         self.speaker_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="speaker_norm")
         self.speaker_attention = MultiHeadAttention(dims.d_model, dims.num_heads, dims.dropout, sites,
@@ -59,10 +72,11 @@ class ParallelDecoder(BuiltByFirstCall, keras.layers.Layer):
     def call(self, frames, frame_mask, latents, training=False, seed=None):
         mask = tf.cast(frame_mask[..., None], self.compute_dtype)  # [B, T_mel, 1]
         latents = tf.cast(latents, self.compute_dtype)
-        speaker = self.speaker_proj(tf.reduce_mean(latents, axis=1))[:, None, :]  # [B, 1, d]
+        mean_latent = tf.reduce_mean(latents, axis=1)[:, None, :]  # [B, 1, d]
+        speaker = self.speaker_proj(mean_latent)  # [B, 1, d]
         x = (frames + speaker) * mask
         for index, block in enumerate(self.blocks):
-            x = block(x, mask, training=training, seed=seed)
+            x = block(x, mask, mean_latent, training=training, seed=seed)
             if index == SPEAKER_ATTENTION_AFTER:
                 update, _ = self.speaker_attention(self.speaker_norm(x), latents, all_visible(), training=training,
                                                    seed=seed)

@@ -59,6 +59,22 @@ def checkpoint_has_pitch(checkpoint: str | Path) -> bool | None:
     return None if parts is None else "pitch_predictor" in parts[1]
 
 
+def checkpoint_has_adaptive_norm(checkpoint: str | Path) -> bool | None:
+    """Whether a checkpoint's decoder has the speaker-adaptive norms (``model.speaker_adaptive_norm``: a
+    ``speaker_film`` in its blocks); None: unreadable or no decoder."""
+    parts = _model_parts(checkpoint)
+    if parts is None or "decoder" not in parts[1]:
+        return None
+    graph, children = parts
+    frontier, depth = [children["decoder"]], 0
+    while frontier and depth < 4:  # decoder -> blocks (a list) -> block -> speaker_film
+        nodes = [child for node in frontier for child in graph.nodes[node].children]
+        if any(child.local_name == "speaker_film" for child in nodes):
+            return True
+        frontier, depth = [child.node_id for child in nodes], depth + 1
+    return False
+
+
 def decoder_mismatch(checkpoint: str, held: str | None, wanted: str) -> str | None:
     """Why a checkpoint of decoder ``held`` cannot serve a config of decoder ``wanted`` (None: it can)."""
     if held == EARLIER_DESIGN:

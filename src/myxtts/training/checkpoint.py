@@ -19,7 +19,8 @@ from typing import Any
 import tensorflow as tf
 
 from myxtts.errors import ExpectedError, InputError
-from myxtts.model.restore import checkpoint_decoder_type, checkpoint_has_pitch, decoder_mismatch
+from myxtts.model.restore import (checkpoint_decoder_type, checkpoint_has_adaptive_norm, checkpoint_has_pitch,
+                                  decoder_mismatch)
 from myxtts.model.weight_average import checkpoint_has_average
 
 logger = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ class WorkdirError(InputError):
 
 def check_resumable(directory: Path, latest: str, cfg: Any, adversarial: bool, workdir: Path) -> None:
     """Refuse to resume ``latest`` (a checkpoint in ``directory``) with a config whose model it cannot restore into:
-    another decoder, pitch conditioning switched on or off, or the mel discriminator on (``adversarial``) where the run
+    another decoder, pitch conditioning or the speaker-adaptive norms switched on or off, or the mel discriminator on (``adversarial``) where the run
     trained without one."""
     problem = decoder_mismatch(f"{directory} (checkpoint {latest})", checkpoint_decoder_type(latest), cfg.model.decoder)
     if problem:
@@ -47,6 +48,13 @@ def check_resumable(directory: Path, latest: str, cfg: Any, adversarial: bool, w
             f"but this config sets 'model.pitch_conditioning: {str(cfg.model.pitch_conditioning).lower()}'. Resume "
             f"with the run's config.yaml, or start a new run from this one with --init-from {workdir} (a warm start "
             "adds or drops the pitch modules).")
+    has_adaptive = checkpoint_has_adaptive_norm(latest)
+    if has_adaptive is not None and has_adaptive != cfg.model.speaker_adaptive_norm:
+        raise WorkdirError(
+            f"{directory} (checkpoint {latest}) was trained {'with' if has_adaptive else 'without'} speaker-adaptive "
+            f"norms, but this config sets 'model.speaker_adaptive_norm: {str(cfg.model.speaker_adaptive_norm).lower()}'"
+            f". Resume with the run's config.yaml, or start a new run from this one with --init-from {workdir} (a warm "
+            "start adds or drops them).")
     names = [name for name, _ in tf.train.list_variables(latest)]
     has_average = checkpoint_has_average(latest)
     if has_average != (cfg.training.ema_decay > 0):

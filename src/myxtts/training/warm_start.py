@@ -9,9 +9,10 @@ read. What must agree, each checked with an error naming both sides:
 - the text: the vocabulary's kind (phonemes or characters), its language, and its symbols. Symbols the source
   lacks get fresh embedding rows (logged, and recorded); symbols the source has and this run lacks are an error.
 
-``model.pitch_conditioning`` need not agree: a run that adds the pitch modules starts them fresh (logged, and recorded
-as ``fresh_variables``; the embedding starts at zero, so the run begins as its source), one without them leaves the
-source's out (logged, and recorded as ``dropped_variables``).
+``model.pitch_conditioning`` and ``model.speaker_adaptive_norm`` need not agree: a run that adds the pitch modules or the
+decoder's speaker-adaptive norms starts them fresh (logged, and recorded as ``fresh_variables``; the pitch embedding and
+the norms' projections start at zero, so the run begins as its source), one without them leaves the source's out
+(logged, and recorded as ``dropped_variables``).
 
 Mel normalisation (``training.init_mel_stats``): by default the run keeps the source's statistics
 (``mel_stats.json``), the scale its model learned to read and write, so the first step starts where the source
@@ -45,9 +46,13 @@ from myxtts.vocoder.packing import install_own_vocoder
 logger = logging.getLogger(__name__)
 
 # model sizes that need not agree: dropout has no variable, the positions table is a constant
-_FREE_DIMS = ("vocab_size", "dropout", "max_positions", "pitch_conditioning")
-# modules a warm start may add or drop (copy_weights): the pitch predictor and embedding (model/pitch.py)
-PITCH_MODULES = ("pitch_predictor/", "pitch_embedding/")
+_FREE_DIMS = ("vocab_size", "dropout", "max_positions", "pitch_conditioning", "speaker_adaptive_norm")
+# modules a warm start may add or drop (copy_weights), each a test on a variable's plain path: the pitch predictor and
+# embedding (model/pitch.py), and the parallel decoder's speaker-adaptive norms (model/parallel_decoder.py)
+OPTIONAL_MODULES = {
+    "the pitch modules": lambda path: path.startswith(("pitch_predictor/", "pitch_embedding/")),
+    "the speaker-adaptive norms": lambda path: "/speaker_film/" in path,
+}
 
 
 class WarmStartError(InputError):
@@ -177,8 +182,10 @@ def _plain_path(variable: Any) -> str:
     return "/".join(re.sub(r"_\d+$", "", part) for part in variable.path.split("/")[1:])
 
 
-def _in_pitch_modules(variable: Any) -> bool:
-    return _plain_path(variable).startswith(PITCH_MODULES)
+def _optional_group(variable: Any) -> str | None:
+    """Which of OPTIONAL_MODULES a variable belongs to (None: the model's fixed part)."""
+    path = _plain_path(variable)
+    return next((name for name, holds in OPTIONAL_MODULES.items() if holds(path)), None)
 
 
 class WeightCopy(NamedTuple):
@@ -191,18 +198,22 @@ class WeightCopy(NamedTuple):
 
 def copy_weights(model: Any, source_model: Any, vocabulary: Any, source_vocabulary: Any) -> WeightCopy:
     """Copy every variable of ``source_model`` into ``model`` (same architecture, built in the same order); the text
-    embedding row by row by symbol. The pitch modules (``model.pitch_conditioning``, built last) may be on one side
-    only: a model that adds them keeps their fresh weights (the embedding starts at zero, so it begins as the
-    source), one that drops them leaves the source's out."""
+    embedding row by row by symbol. Each group of OPTIONAL_MODULES may be on one side only: a model that adds it
+    keeps its fresh weights (they start at zero, so it begins as the source), one that drops it leaves the
+    source's out."""
     embedding = model.text_encoder.embedding.embeddings
-    ours = [variable for variable in model.weights if not _in_pitch_modules(variable)]
-    theirs = [variable for variable in source_model.weights if not _in_pitch_modules(variable)]
-    pitch_ours = [variable for variable in model.weights if _in_pitch_modules(variable)]
-    pitch_theirs = [variable for variable in source_model.weights if _in_pitch_modules(variable)]
-    if pitch_ours and pitch_theirs:  # both have them: copied like the rest
-        ours, theirs = ours + pitch_ours, theirs + pitch_theirs
-    fresh = [variable.path for variable in pitch_ours] if not pitch_theirs else []
-    dropped = [variable.path for variable in pitch_theirs] if not pitch_ours else []
+    ours = [variable for variable in model.weights if _optional_group(variable) is None]
+    theirs = [variable for variable in source_model.weights if _optional_group(variable) is None]
+    fresh, dropped = [], []
+    for group in OPTIONAL_MODULES:
+        group_ours = [variable for variable in model.weights if _optional_group(variable) == group]
+        group_theirs = [variable for variable in source_model.weights if _optional_group(variable) == group]
+        if group_ours and group_theirs:  # both have them: copied like the rest
+            ours, theirs = ours + group_ours, theirs + group_theirs
+        elif group_ours:
+            fresh += [variable.path for variable in group_ours]
+        else:
+            dropped += [variable.path for variable in group_theirs]
     if len(ours) != len(theirs):
         raise WarmStartError(f"training.init_from: the source model has {len(theirs)} variables, this one "
                              f"{len(ours)}: not the same architecture.")
@@ -258,8 +269,8 @@ def warm_start(cfg: Config, model: Any, vocabulary: Any, languages: list[str], w
     RunDir(workdir).write_json(RunDir(workdir).init_from, result)
     echo(f"warm start: {copied} variables from {source.checkpoint}" + (f" (step {step})" if step is not None else "")
          + (f"; fresh embedding rows for {len(new_symbols)} new symbol(s): {' '.join(new_symbols)}"
-            if new_symbols else "") + (f"; {len(fresh)} new variable(s) of the pitch modules start fresh" if fresh else "")
-         + (f"; the source's pitch modules ({len(dropped)} variables) left out: model.pitch_conditioning is off"
+            if new_symbols else "") + (f"; {len(fresh)} new variable(s) start fresh ({_groups(fresh)})" if fresh else "")
+         + (f"; {len(dropped)} of the source's variables left out ({_groups(dropped)}: off in this config)"
             if dropped else "")
          + (f"; its own vocoder too ({RunDir(workdir).own_vocoder})" if result["vocoder"] else ""))
     if new_symbols:
@@ -289,6 +300,12 @@ def freeze_modules(model: Any, names: tuple[str, ...]) -> list[str]:
         module.trainable = False
         frozen += [variable.path for variable in module.weights]
     return frozen
+
+
+def _groups(paths: list[str]) -> str:
+    """The OPTIONAL_MODULES groups the variable paths belong to, for a message."""
+    plain = ["/".join(re.sub(r"_\d+$", "", part) for part in path.split("/")[1:]) for path in paths]
+    return ", ".join(name for name, holds in OPTIONAL_MODULES.items() if any(holds(path) for path in plain))
 
 
 def _checkpoint_step(checkpoint: str) -> int | None:

@@ -1,0 +1,67 @@
+"""model.speaker_adaptive_norm on real clips: a model that adds the norms to one without them starts as that model,
+the norms learn, and a run cannot be resumed with the key flipped."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from test_parallel_model import parallel_config
+from test_pitch_conditioning import _real_batches
+from train_helpers import compiled_train_step
+
+
+def _film_kernels(model) -> list:
+    return [block.speaker_film.kernel for block in model.decoder.blocks]
+
+
+def test_adding_the_norms_starts_from_the_plain_model_then_they_learn(prepared_cache):
+    from myxtts.model import build_model
+    from myxtts.text import Vocabulary
+    from myxtts.training.warm_start import copy_weights
+
+    keras.utils.set_random_seed(1)
+    vocabulary = Vocabulary.load(prepared_cache.cache_dir / "vocab.json")
+    plain = build_model(parallel_config(prepared_cache), len(vocabulary))
+    cfg = parallel_config(prepared_cache, model={"speaker_adaptive_norm": True})
+    model = build_model(cfg, len(vocabulary))
+    copied, fresh, dropped = copy_weights(model, plain, vocabulary, vocabulary)
+    assert copied == len(plain.weights) and not dropped
+    # a kernel and a bias per decoder block, nothing else
+    assert sorted(fresh) == sorted(v.path for block in model.decoder.blocks for v in block.speaker_film.weights)
+    assert len(fresh) == 2 * len(model.decoder.blocks)
+    batch = _real_batches(cfg, count=1)[0]  # real clips of unequal lengths, each with another clip as its reference
+    np.testing.assert_allclose(model(batch)["mel_after"].numpy(), plain(batch)["mel_after"].numpy(), atol=1e-5)
+
+    batch = {key: value[:3] for key, value in batch.items()}
+    signature = {key: tf.TensorSpec(value.shape, value.dtype) for key, value in batch.items()}
+    train_step = compiled_train_step(model, cfg, signature)
+    for step in range(2):
+        assert np.isfinite(float(train_step(batch, tf.constant([0, step], tf.int64))))
+    assert all(np.abs(kernel.numpy()).max() > 0 for kernel in _film_kernels(model))  # every block's norm learns
+    assert train_step.experimental_get_tracing_count() == 1
+
+
+def test_resuming_with_the_norms_flipped_is_refused_and_the_checkpoint_says_which(prepared_cache, tmp_path):
+    from myxtts.model import build_model
+    from myxtts.model.restore import checkpoint_has_adaptive_norm
+    from myxtts.text import Vocabulary
+    from myxtts.training.checkpoint import WorkdirError, check_resumable
+
+    vocabulary = Vocabulary.load(prepared_cache.cache_dir / "vocab.json")
+    batch = _real_batches(parallel_config(prepared_cache), count=1)[0]
+    saved = {}
+    for adaptive in (True, False):
+        model = build_model(parallel_config(prepared_cache, model={"speaker_adaptive_norm": adaptive}), len(vocabulary))
+        model(batch)  # built
+        saved[adaptive] = tf.train.Checkpoint(model=model).save(str(tmp_path / f"adaptive-{adaptive}" / "ckpt"))
+        assert checkpoint_has_adaptive_norm(saved[adaptive]) is adaptive
+    for adaptive, checkpoint in saved.items():
+        other = parallel_config(prepared_cache, model={"speaker_adaptive_norm": not adaptive})
+        with pytest.raises(WorkdirError, match=f"trained {'with' if adaptive else 'without'} speaker-adaptive norms"
+                                               ".*--init-from"):
+            check_resumable(tmp_path, checkpoint, other, False, tmp_path)
+        same = parallel_config(prepared_cache, model={"speaker_adaptive_norm": adaptive})
+        check_resumable(tmp_path, checkpoint, same, False, tmp_path)  # the run's own config resumes
