@@ -81,7 +81,8 @@ class SpeakerJudge:
 def ceiling(cfg, entries, similarity: bool) -> dict:
     """CER (and Resemblyzer similarity, leave-one-out per speaker) of the recordings and of their mel +
     Griffin-Lim resynthesis: what a perfect mel can reach through this vocoder."""
-    from myxtts.audio import MelFrontend, load_audio
+    from myxtts.audio import load_audio
+    from myxtts.mel import MelFrontend
     from myxtts.evaluation.listening_measures import listen
     from myxtts.evaluation.speaker_encoder import reference_similarity
     from myxtts.vocoder import GriffinLim

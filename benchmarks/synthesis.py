@@ -59,7 +59,8 @@ def eager_uncached_decode(model, tokens, token_lengths, reference_mel, reference
 
 def build_synthesizer(decoder: str, corpus: Path, root: Path):
     """A saved run of the untrained tiny preset with ``decoder`` (seed 0, fixed frames per token), loaded back."""
-    from myxtts.audio import MelFrontend, load_audio
+    from myxtts.audio import load_audio
+    from myxtts.mel import MelFrontend
     from myxtts.config import config_from_dict
     from myxtts.data.mel_stats import MelStats
     from myxtts.model import build_model

@@ -247,7 +247,8 @@ def main() -> None:
             parser.error(f"--references {args.references} would take held-out clips: {args.corpus / 'metadata.csv'} "
                          f"has {trained} clips before its last {args.held_out}.")
 
-    from myxtts.audio import MelFrontend, load_audio
+    from myxtts.audio import load_audio
+    from myxtts.mel import MelFrontend
     from myxtts.config import AudioConfig
     from myxtts.vocoder import GriffinLim
     from myxtts.vocoder.neural import load_vocoder, own_vocoder

@@ -13,7 +13,8 @@ import soxr
 import tensorflow as tf
 
 from conftest import bundled_wavs
-from myxtts.audio import AudioError, MelFrontend, load_audio, sharpen_across_bins, slaney_mel_matrix, tf_load_wav
+from myxtts.audio import AudioError, load_audio, tf_load_wav
+from myxtts.mel import MelFrontend, sharpen_across_bins, slaney_mel_matrix
 from myxtts.config import AudioConfig
 
 SAMPLE_RATE = 22050

@@ -11,7 +11,7 @@ import soundfile
 import tensorflow as tf
 
 from conftest import bundled_wavs
-from myxtts.audio import MelFrontend
+from myxtts.mel import MelFrontend
 from myxtts.config import AudioConfig
 from myxtts.pitch import difference_function, frame_f0
 

@@ -93,7 +93,8 @@ def test_recognizer_hears_real_clips() -> None:
 @requires_recognizer
 def test_recognizer_hears_griffin_lim_resynthesis() -> None:
     """The ceiling of a synthesis: the project's mel + Griffin-Lim of real clips stays intelligible."""
-    from myxtts.audio import MelFrontend, load_audio
+    from myxtts.audio import load_audio
+    from myxtts.mel import MelFrontend
     from myxtts.config import AudioConfig
     from myxtts.vocoder import GriffinLim
 

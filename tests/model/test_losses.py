@@ -98,7 +98,8 @@ def test_mel_delta_measures_smoothing_that_the_l1_loss_misses():
     3 bins, and the target shifted by a constant. The delta loss sees the smoothing, not the shift; its time term
     stays inside each utterance's real frames."""
     from conftest import bundled_wavs
-    from myxtts.audio import MelFrontend, load_audio
+    from myxtts.audio import load_audio
+    from myxtts.mel import MelFrontend
     from myxtts.config import AudioConfig
     from myxtts.model.losses import _mel_losses
 

@@ -19,7 +19,7 @@ PACKAGE = REPO / "src" / "myxtts"
 LAYERS = ["errors", "durable", "machine", "runtime",
           "myxtts",
           "config",
-          "pitch_settings", "pitch", "text_numbers", "espeak", "text", "audio",
+          "pitch_settings", "pitch", "text_numbers", "espeak", "text", "audio", "mel",
           "cache_files", "run_dir",
           "locks", "outputs",
           "diagnostics",

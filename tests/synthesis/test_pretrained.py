@@ -136,7 +136,8 @@ def test_shipped_base_speaks_in_voices_it_never_heard(tmp_path):
     0.87-0.89, 0.96-1.09x the real voices' difference)."""
     from test_voice_cloning import _mean_spectrum, _render
 
-    from myxtts.audio import MelFrontend, load_audio
+    from myxtts.audio import load_audio
+    from myxtts.mel import MelFrontend
     from myxtts.data.espeak_corpus import HELD_OUT_VOICES
     from myxtts.synthesis import Synthesizer
 
@@ -194,7 +195,8 @@ def test_shipped_vocoder_is_complete_small_fits_the_base_and_its_card_describes_
 
 
 def test_shipped_vocoder_resynthesises_a_held_out_clip_and_speaks_for_the_base(tmp_path):
-    from myxtts.audio import MelFrontend, load_audio
+    from myxtts.audio import load_audio
+    from myxtts.mel import MelFrontend
     from myxtts.config import load_config
     from myxtts.vocoder.generators import build_generator
     from myxtts.vocoder.neural import NeuralVocoder, load_vocoder

@@ -16,7 +16,8 @@ TEXTS = [line.split("|")[2] for line in (BUNDLED_CORPUS / "metadata.csv").read_t
 
 def bundled_mel_stats(cfg, count: int = 8):
     """Per-bin statistics of the log mels of ``count`` bundled clips (no cache: what prepare would compute)."""
-    from myxtts.audio import MelFrontend, load_audio
+    from myxtts.audio import load_audio
+    from myxtts.mel import MelFrontend
     from myxtts.data.mel_stats import MelStats
 
     frontend = MelFrontend(cfg.audio)
@@ -317,11 +318,11 @@ def test_synthesis_normalises_the_reference_and_denormalises_the_output(tiny_run
 
 def test_mel_sharpening_sharpens_every_said_mel_before_the_vocoder(synthesizer):
     """model.mel_sharpening > 0: each item of a batch of unequal lengths comes out as the plain mel sharpened across
-    bins (``audio.sharpen_across_bins``), and the vocoder hears that mel."""
+    bins (``mel.sharpen_across_bins``), and the vocoder hears that mel."""
     import copy
     import dataclasses
 
-    from myxtts.audio import sharpen_across_bins
+    from myxtts.mel import sharpen_across_bins
     from myxtts.synthesis import Synthesizer
 
     cfg = synthesizer.cfg

@@ -53,7 +53,8 @@ def _mean_spectrum(mel: np.ndarray) -> np.ndarray:
 
 @pytest.mark.slow
 def test_reference_voice_sets_the_output_voice(make_config, tmp_path):
-    from myxtts.audio import MelFrontend, load_audio
+    from myxtts.audio import load_audio
+    from myxtts.mel import MelFrontend
     from myxtts.data.espeak_corpus import VOICES
     from myxtts.model import build_model
     from myxtts.synthesis import Synthesizer

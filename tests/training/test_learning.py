@@ -27,7 +27,8 @@ STEPS = 150
 
 
 def _batch(cfg, processor, entries):
-    from myxtts.audio import MelFrontend, load_audio
+    from myxtts.audio import load_audio
+    from myxtts.mel import MelFrontend
 
     frontend = MelFrontend(cfg.audio)
     waves = [load_audio(e.audio_path, cfg.audio.sample_rate) for e in entries]

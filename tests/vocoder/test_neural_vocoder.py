@@ -14,7 +14,8 @@ import tensorflow as tf
 from click.testing import CliRunner
 
 from conftest import REPO_ROOT, bundled_wavs
-from myxtts.audio import MelFrontend, load_audio
+from myxtts.audio import load_audio
+from myxtts.mel import MelFrontend
 from myxtts.config import AudioConfig, config_from_dict, save_config
 
 # a vocoder small enough to train a few hundred steps in a test (the recipe's sizes are in configs/vocoder.yaml)

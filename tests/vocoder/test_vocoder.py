@@ -8,7 +8,8 @@ import soundfile
 import tensorflow as tf
 
 from conftest import bundled_wavs
-from myxtts.audio import MelFrontend, load_audio
+from myxtts.audio import load_audio
+from myxtts.mel import MelFrontend
 from myxtts.config import AudioConfig
 from myxtts.vocoder import GriffinLim, Vocoder, write_wav
 

@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import bundled_wavs
-from myxtts.audio import MelFrontend, load_audio
+from myxtts.audio import load_audio
+from myxtts.mel import MelFrontend
 from myxtts.config import AudioConfig, config_from_dict
 from test_neural_vocoder import held_out_mel_error, vocoder_cfg  # noqa: F401  (vocoder_cfg: the fixture)
 

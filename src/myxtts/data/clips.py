@@ -158,7 +158,7 @@ def process_clips(cfg: Any, cache_dir: Path, verdicts: Verdicts, fingerprints: d
     open)."""
     from tqdm import tqdm
 
-    from myxtts.audio import MelFrontend  # imports TensorFlow: an up-to-date prepare never loads it
+    from myxtts.mel import MelFrontend  # imports TensorFlow: an up-to-date prepare never loads it
 
     frontend = MelFrontend(cfg.audio)
     feature_hash = cfg.feature_hash()

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from myxtts.audio import MelFrontend, tf_load_wav
+from myxtts.audio import tf_load_wav
+from myxtts.mel import MelFrontend
 from myxtts.data.cache import CacheError, FeatureCache, tf_read_utterance
 from myxtts.data.corpus import read_config_corpus
 from myxtts.errors import InputError

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from myxtts.audio import MelFrontend
+from myxtts.mel import MelFrontend
 from myxtts.config import AudioConfig
 
 _MCD_SCALE = 10.0 / math.log(10.0)  # natural-log cepstra -> dB

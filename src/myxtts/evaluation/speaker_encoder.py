@@ -168,7 +168,7 @@ def reference_similarity(references: Sequence[np.ndarray], sample_rate: int, aud
         return ReferenceSimilarity(real_scores, None)
 
     # both import TensorFlow: only the Griffin-Lim resynthesis needs it, the similarity of clips alone does not
-    from myxtts.audio import MelFrontend
+    from myxtts.mel import MelFrontend
     from myxtts.vocoder import GriffinLim
 
     audio = AudioConfig() if audio_cfg is None else audio_cfg

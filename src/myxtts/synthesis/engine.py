@@ -30,7 +30,8 @@ from typing import Sequence
 import numpy as np
 
 from myxtts.errors import InputError
-from myxtts.audio import MelFrontend, load_audio, sharpen_across_bins
+from myxtts.audio import load_audio
+from myxtts.mel import MelFrontend, sharpen_across_bins
 from myxtts.config import Config
 from myxtts.data.language import run_text_processor
 from myxtts.data.mel_stats import MelStats, reference_crop, reference_windows

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from myxtts.audio import MelFrontend, sharpen_across_bins
+from myxtts.mel import MelFrontend, sharpen_across_bins
 from myxtts.config import Config
 from myxtts.data.mel_stats import MelStats
 from myxtts.data.run_features import load_run_mel_stats

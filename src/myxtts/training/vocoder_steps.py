@@ -16,7 +16,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from myxtts.audio import MelFrontend
+from myxtts.mel import MelFrontend
 from myxtts.training.schedule import FusedAdamW, WarmupDecay
 from myxtts.vocoder import losses as vocoder_losses
 

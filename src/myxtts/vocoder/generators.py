@@ -27,7 +27,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from myxtts.audio import MelFrontend
+from myxtts.mel import MelFrontend
 from myxtts.model.layers import BuiltByFirstCall, track_listed_layers
 from myxtts.vocoder.istft import MAX_LOG_MAGNITUDE, InverseStft
 from myxtts.vocoder.istftnet import ISTFTNetGenerator, istftnet_size

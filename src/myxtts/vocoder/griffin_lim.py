@@ -1,6 +1,6 @@
 """Griffin-Lim: log mel -> waveform with TF ops only (compiled once, any length), no training.
 
-``GriffinLim`` inverts exactly the front-end of ``myxtts.audio.MelFrontend`` (same window, hop, slaney
+``GriffinLim`` inverts exactly the front-end of ``myxtts.mel.MelFrontend`` (same window, hop, slaney
 mel matrix, mel power and log compression), so a mel from the cache or the model comes back as audio
 without any extra configuration.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from myxtts.audio import MelFrontend
+from myxtts.mel import MelFrontend
 from myxtts.config import AudioConfig
 from myxtts.vocoder.base import Vocoder
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from myxtts.audio import MelFrontend
+from myxtts.mel import MelFrontend
 from myxtts.config import VocoderConfig, load_config, save_config
 from myxtts.errors import InputError
 from myxtts.run_dir import RunDir
