@@ -54,7 +54,8 @@ class Voice:
 def held_out_sets(cache_dir: Path) -> tuple[dict[str, list[Speaker]], dict]:
     """The cache's held-out speakers by set (speakers in the manifest's ``held_out_speakers`` order), and the
     manifest. SystemExit naming what is missing when the cache has no held-out split."""
-    from myxtts.data.cache import audio_file, load_index
+    from myxtts.data.cache import audio_file
+    from myxtts.data.cache_manifest import load_index
 
     manifest_path = cache_dir / "manifest.json"
     if not manifest_path.is_file():

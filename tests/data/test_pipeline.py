@@ -189,7 +189,7 @@ def test_batches_are_normalised_with_the_train_split_statistics(prepared_cache, 
 
 @pytest.mark.parametrize("source", ["load", "given", "tf_native"])
 def test_a_cache_without_mel_stats_is_a_clear_error(prepared_cache, tmp_path, source) -> None:
-    from myxtts.data.cache import CacheError, load_index
+    from myxtts.data.cache_manifest import CacheError, load_index
 
     copy = tmp_path / "cache"
     shutil.copytree(prepared_cache.cache_dir, copy)

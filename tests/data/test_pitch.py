@@ -116,7 +116,8 @@ def test_the_pipeline_adds_each_clips_own_pitch_frame_by_frame(prepared_cache):
 def test_a_cache_of_other_tracker_settings_is_not_used(prepared_cache, monkeypatch):
     """The manifest records the tracker's settings; other settings in the code make the cache stale (rebuilt)."""
     from myxtts import pitch_settings
-    from myxtts.data.cache import CacheError, FeatureCache, check_manifest, feature_params
+    from myxtts.data.cache import FeatureCache
+    from myxtts.data.cache_manifest import CacheError, check_manifest, feature_params
 
     manifest, problem = check_manifest(prepared_cache.cache_dir, prepared_cache.feature_hash())
     assert problem == "" and manifest["pitch_tracker"] == pitch_settings.TRACKER

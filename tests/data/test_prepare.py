@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import soundfile
 
-from myxtts.data.cache import FeatureCache, CacheError
+from myxtts.data.cache import FeatureCache
+from myxtts.data.cache_manifest import CacheError
 from myxtts.data.prepare import prepare
 from myxtts.data.splits import validation_ids
 

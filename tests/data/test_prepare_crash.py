@@ -16,7 +16,8 @@ import pytest
 
 from myxtts import durable
 from myxtts.cache_files import JOURNAL_FILE
-from myxtts.data.cache import CacheError, FeatureCache
+from myxtts.data.cache import FeatureCache
+from myxtts.data.cache_manifest import CacheError
 from myxtts.durable import WRITE_STAGES
 from myxtts.data.journal import PrepareJournal
 from myxtts.data.prepare import prepare

@@ -19,7 +19,7 @@ from myxtts.errors import ExpectedError, InputError, SetupError
 
 REPO = Path(__file__).resolve().parents[2]
 
-INPUT_ERRORS = [("myxtts.data.cache", "CacheError"), ("myxtts.data.prepare", "CacheParametersChanged"),
+INPUT_ERRORS = [("myxtts.data.cache_manifest", "CacheError"), ("myxtts.data.prepare", "CacheParametersChanged"),
                 ("myxtts.data.entries", "CorpusError"), ("myxtts.run_dir", "RunError"),
                 ("myxtts.outputs", "OutputRefused"), ("myxtts.text", "TextError"),
                 ("myxtts.locks", "DirectoryBusyError"), ("myxtts.locks", "LockFileError"),

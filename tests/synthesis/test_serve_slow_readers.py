@@ -22,7 +22,7 @@ import pytest
 from conftest import bundled_wavs
 from test_export import parallel_run  # noqa: F401  (the fixture: a pitch-conditioned parallel run, plausible durations)
 from test_serve import TRANSCRIPTS, TWO_SENTENCES, _health, _post, _wait_until, running_server
-from test_serve_limits import _error_of, _idle, engine_held
+from serve_limits_helpers import engine_held, error_of, idle
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -101,7 +101,7 @@ def test_slow_readers_hold_at_most_max_unsent_bytes_and_a_further_request_gets_4
             assert engine.backlog()["unsent_bytes"] == 8 * worst
             status, headers, payload = _post(url, {"input": TWO_SENTENCES, "voice": "linda"})
             assert status == 429 and int(headers["retry-after"]) >= 1, payload
-            error = _error_of(payload)
+            error = error_of(payload)
             assert error["code"] == "rate_limit_exceeded" and "max_unsent_bytes" in error["message"]
         # the readers stalled: every piece vocoded and delivered, the audio held unsent in the ledger
         _wait_until(lambda: engine.queued() == 0)
@@ -111,10 +111,10 @@ def test_slow_readers_hold_at_most_max_unsent_bytes_and_a_further_request_gets_4
         assert health["limits"]["max_unsent_bytes"] == limit == ServerLimits(**health["limits"]).max_unsent_bytes
         assert 0 < health["backlog"]["unsent_bytes"] <= limit
         clients.close()  # the slow readers leave
-        _wait_until(lambda: _idle(engine))  # _idle: nothing in flight or queued, no byte unsent
+        _wait_until(lambda: idle(engine))  # idle: nothing in flight or queued, no byte unsent
         status, _, pcm = _post(url, {"input": TWO_SENTENCES, "voice": "linda", "response_format": "pcm"})
         assert status == 200 and len(pcm) > 0
-        _wait_until(lambda: _idle(engine))
+        _wait_until(lambda: idle(engine))
 
 
 def test_a_request_longer_than_the_whole_unsent_budget_is_400(synthesizer):
@@ -125,7 +125,7 @@ def test_a_request_longer_than_the_whole_unsent_budget_is_400(synthesizer):
         with pytest.raises(SpeechRequestError, match="send it in parts") as refused:
             engine.submit(TWO_SENTENCES, "linda")
         assert refused.value.status == 400 and refused.value.param == "input"
-        assert _idle(engine)
+        assert idle(engine)
     finally:
         engine.close()
 
@@ -152,7 +152,7 @@ def test_a_stream_past_its_request_timeout_is_ended_and_its_resources_released(t
     finally:
         release.set()
         del engine.synthesizer.engine.decode_tokens  # the class's method again
-    _wait_until(lambda: _idle(engine))  # the queue empty, the byte count back to 0
+    _wait_until(lambda: idle(engine))  # the queue empty, the byte count back to 0
     assert len(batches) == 2 and engine.dropped - dropped_before >= batches[1]  # the held batch was never vocoded
     assert _health(url)["requests_timed_out"] == timed_out_before + 1
     assert any("at its request_timeout" in record.getMessage() for record in caplog.records)
@@ -174,10 +174,10 @@ def test_max_pieces_is_refused_after_a_few_front_end_passes(timed):
         status, _, payload = _post(url, {"input": "Go. " * 100, "voice": "linda"})
     finally:
         del processor.encode_many  # the class's method again
-    error = _error_of(payload)
+    error = error_of(payload)
     assert status == 400 and error["param"] == "input" and "more than 8 pieces" in error["message"], payload
     assert len(passes) <= 8 + 2  # one per piece found, the ninth and the one after it
-    assert _idle(engine)
+    assert idle(engine)
 
 
 def test_the_text_work_of_a_client_that_left_stops_at_its_next_front_end_pass(timed):
@@ -207,7 +207,7 @@ def test_the_text_work_of_a_client_that_left_stops_at_its_next_front_end_pass(ti
             connection.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                                b"application/json\r\n" + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
             _wait_until(lambda: len(passes) == 1)  # its text work has begun: the client leaves
-        _wait_until(lambda: _idle(engine))
+        _wait_until(lambda: idle(engine))
     finally:
         del engine.submit, processor.encode_many  # the class's methods again
     assert len(passes) == 1 and engine.served == served

@@ -182,7 +182,7 @@ def _set_earlier_run_aside(run_dir: Path) -> Path:
 
 def _sentences(cfg, split: str, count: int) -> list[tuple[str, Path]]:
     """(text, wav path) of the first ``count`` utterances of a split of the prepared corpus (sorted ids)."""
-    from myxtts.data.cache import read_manifest
+    from myxtts.data.cache_manifest import read_manifest
     from myxtts.data.corpus import read_config_corpus
 
     manifest = read_manifest(cfg.cache_dir) or {}

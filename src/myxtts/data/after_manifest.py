@@ -13,7 +13,8 @@ from typing import Any
 
 from myxtts.cache_files import INDEX_FILE, INDEX_PREFIX, JOURNAL_FILE, PLAN_FILE, UTTERANCE_DIR
 from myxtts.data.buckets import BucketParams, BucketPlan, log_misfits, plan_buckets
-from myxtts.data.cache import FeatureCache, audio_file, index_path, written_by_prepare
+from myxtts.data.cache import FeatureCache, audio_file, written_by_prepare
+from myxtts.data.cache_manifest import index_path
 from myxtts.durable import reached
 from myxtts.locks import CACHE_READ_LOCK, DirectoryLock
 

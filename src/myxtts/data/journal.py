@@ -22,7 +22,8 @@ import numpy as np
 
 from myxtts import pitch_settings
 from myxtts.cache_files import JOURNAL_FILE
-from myxtts.data.cache import CacheError, audio_file, read_utterance
+from myxtts.data.cache import audio_file, read_utterance
+from myxtts.data.cache_manifest import CacheError
 
 
 def utterance_file_complete(path: Path) -> bool:

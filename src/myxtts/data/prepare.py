@@ -63,8 +63,9 @@ from myxtts import __version__, pitch_settings
 from myxtts.cache_files import JOURNAL_FILE, MANIFEST_FILE, REJECTED_FILE, VOCAB_FILE
 from myxtts.data.after_manifest import after_manifest, ensure_bucket_plan, finish_stopped_update
 from myxtts.data.buckets import BucketParams, log_misfits, plan_buckets
-from myxtts.data.cache import (FORMAT_VERSION, CacheError, audio_file, changed_parameters, check_manifest,
-                               feature_params, load_index, read_manifest, read_utterance, save_index, write_manifest)
+from myxtts.data.cache import audio_file, read_utterance
+from myxtts.data.cache_manifest import (FORMAT_VERSION, CacheError, changed_parameters, check_manifest, feature_params,
+                                        load_index, read_manifest, save_index, write_manifest)
 from myxtts.data.clips import Clip, Verdicts, known_verdicts, process_clips, rejection_detail
 from myxtts.data.corpus import Rejection, read_config_corpus
 from myxtts.durable import reached, write_durably

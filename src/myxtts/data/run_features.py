@@ -1,6 +1,6 @@
 """What a run's model reads its input with: its vocabulary (text -> token ids) and its mel statistics (the
 normalisation it was trained with), each the run's own (``myxtts.run_dir``: ``RUN/vocab.json``, ``RUN/mel_stats.json``)
-or else the config's prepared cache's (``myxtts.data.cache``).
+or else the config's prepared cache's (``myxtts.data.cache_manifest``).
 
 Synthesis, export, ``pack`` and a warm start read them here; the run's paths stay in ``myxtts.run_dir``, which knows
 nothing of the cache's formats.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from myxtts.cache_files import MANIFEST_FILE, VOCAB_FILE
 from myxtts.config import Config
-from myxtts.data.cache import CacheError, manifest_mel_stats, read_manifest
+from myxtts.data.cache_manifest import CacheError, manifest_mel_stats, read_manifest
 from myxtts.data.mel_stats import MelStats, MelStatsError
 from myxtts.run_dir import RunDir, RunError
 from myxtts.text import Vocabulary

@@ -19,7 +19,8 @@ import tensorflow as tf
 
 from myxtts.audio import tf_load_wav
 from myxtts.mel import MelFrontend
-from myxtts.data.cache import CacheError, FeatureCache, tf_read_utterance
+from myxtts.data.cache import FeatureCache, tf_read_utterance
+from myxtts.data.cache_manifest import CacheError
 from myxtts.data.corpus import read_config_corpus
 from myxtts.errors import InputError
 from myxtts.pitch import frames_f0

@@ -8,7 +8,7 @@ import hashlib
 from collections import Counter
 from typing import Any
 
-from myxtts.data.cache import CacheError
+from myxtts.data.cache_manifest import CacheError
 from myxtts.data.corpus import corpus_sources
 
 # a held-out (zero-shot development) speaker's clips: 3 references to average and at least one to judge the voice by

@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from myxtts.audio import load_audio
 from myxtts.config import Config
-from myxtts.data.cache import read_manifest
+from myxtts.data.cache_manifest import read_manifest
 from myxtts.data.corpus import CorpusEntry, read_config_corpus, read_corpus
 from myxtts.data.splits import validation_ids
 from myxtts.errors import InputError

@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from myxtts.cache_files import VOCAB_FILE
 from myxtts.config import Config, save_config
-from myxtts.data.cache import corpus_summary
+from myxtts.data.cache_manifest import corpus_summary
 from myxtts.data.pipeline import InputPipeline
 from myxtts.diagnostics.tf_warning import expected_traces
 from myxtts.durable import write_durably
