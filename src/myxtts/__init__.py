@@ -2,6 +2,6 @@
 
 from myxtts.runtime import record_tensorflow_environment
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 record_tensorflow_environment()  # before anything imports TensorFlow: what the process runs with (runtime.py)
