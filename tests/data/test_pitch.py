@@ -1,4 +1,4 @@
-"""The F0 tracker (myxtts.pitch) on the bundled real clips, and the pitch the pipeline adds with
+"""The F0 tracker (myxtts.f0.tracker) on the bundled real clips, and the pitch the pipeline adds with
 model.pitch_conditioning."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import tensorflow as tf
 from conftest import bundled_wavs
 from myxtts.mel import MelFrontend
 from myxtts.config import AudioConfig
-from myxtts.pitch import difference_function, frame_f0
+from myxtts.f0.tracker import difference_function, frame_f0
 
 HOP = AudioConfig().hop_length
 
@@ -115,14 +115,14 @@ def test_the_pipeline_adds_each_clips_own_pitch_frame_by_frame(prepared_cache):
 
 def test_a_cache_of_other_tracker_settings_is_not_used(prepared_cache, monkeypatch):
     """The manifest records the tracker's settings; other settings in the code make the cache stale (rebuilt)."""
-    from myxtts import pitch_settings
+    from myxtts import f0
     from myxtts.data.cache import FeatureCache
     from myxtts.data.cache_manifest import CacheError, check_manifest, feature_params
 
     manifest, problem = check_manifest(prepared_cache.cache_dir, prepared_cache.feature_hash())
-    assert problem == "" and manifest["pitch_tracker"] == pitch_settings.TRACKER
-    changed = {**pitch_settings.TRACKER, "threshold": pitch_settings.THRESHOLD + 0.05}
-    monkeypatch.setattr(pitch_settings, "TRACKER", changed)
+    assert problem == "" and manifest["pitch_tracker"] == f0.TRACKER
+    changed = {**f0.TRACKER, "threshold": f0.THRESHOLD + 0.05}
+    monkeypatch.setattr(f0, "TRACKER", changed)
     manifest, problem = check_manifest(prepared_cache.cache_dir, prepared_cache.feature_hash(),
                                        feature_params(prepared_cache))
     assert manifest is None and "F0 tracker's settings changed" in problem and "'threshold'" in problem

@@ -132,7 +132,7 @@ def test_parallel_loss_binarization_ramp():
 def test_parallel_synthesis_compiles_every_bucket_at_warm_up_and_never_again(prepared_cache, tmp_path, bundled_corpus):
     from myxtts.model import build_model
     from myxtts.synthesis import Synthesizer
-    from myxtts.synthesis.loading import save_run
+    from myxtts.synthesis.run_files import save_run
     from myxtts.synthesis.decoding import SynthesisLengthError
     from myxtts.text import Vocabulary
 

@@ -19,7 +19,7 @@ PACKAGE = REPO / "src" / "myxtts"
 LAYERS = ["errors", "durable", "machine", "runtime",
           "myxtts",
           "config",
-          "pitch_settings", "pitch", "text_numbers", "espeak", "text", "audio", "mel",
+          "f0", "text_numbers", "espeak", "text", "audio", "mel",
           "cache_files", "run_dir",
           "locks", "outputs",
           "diagnostics",
@@ -121,14 +121,14 @@ def test_the_check_sees_imports_inside_functions_and_names_both_layers():
     source = ("from myxtts.errors import InputError\n"
               "def f():\n"
               "    from myxtts.training import Trainer\n"
-              "    import myxtts.synthesis.loading\n"
+              "    import myxtts.synthesis.run_files\n"
               "    from myxtts import espeak, __version__\n"
               "    return importlib.import_module('myxtts.evaluation')\n")
     found = violations(PACKAGE / "outputs" / "markers.py", source)
     assert len(found) == 3 and all(message.startswith("src/myxtts/outputs/markers.py:") for message in found)
     assert ":3: `from myxtts.training import Trainer`: layer outputs imports layer training, which lies above" in \
         found[0]
-    assert ":4: `import myxtts.synthesis.loading`" in found[1]
+    assert ":4: `import myxtts.synthesis.run_files`" in found[1]
     assert ":6: `import_module('myxtts.evaluation')`" in found[2]
     # the package's own __init__ and lower top-level modules are allowed; a relative import is refused
     assert violations(PACKAGE / "outputs" / "markers.py", "from . import names\n")[0].endswith(

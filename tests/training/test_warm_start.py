@@ -55,7 +55,7 @@ def test_init_from_copies_weights_fresh_optimizer_frozen_modules_stay_resume_exa
 
     from myxtts.cli import main
     from myxtts.model import build_model
-    from myxtts.synthesis.loading import load_model_from_run
+    from myxtts.synthesis.run_files import load_model_from_run
     from myxtts.training import run
     from myxtts.training.checkpoint import WorkdirError
 
@@ -143,7 +143,7 @@ def test_init_from_copies_weights_fresh_optimizer_frozen_modules_stay_resume_exa
 def test_a_grown_symbol_set_gets_fresh_rows_for_the_new_symbols_only(prepared_cache, source_run, tmp_path):
     from myxtts.data.mel_stats import MelStats
     from myxtts.model import build_model
-    from myxtts.synthesis.loading import load_model_from_run, save_run
+    from myxtts.synthesis.run_files import load_model_from_run, save_run
     from myxtts.text import Vocabulary
     from myxtts.training.warm_start import warm_start
 
@@ -250,7 +250,7 @@ def test_bad_sources_are_clear_errors(prepared_cache, source_run, tmp_path):
     assert "No checkpoint" in attempt(empty)
     # a checkpoint prefix works as a source, and so does the checkpoints folder
     from myxtts.model import build_model
-    from myxtts.synthesis.loading import load_model_from_run
+    from myxtts.synthesis.run_files import load_model_from_run
     from myxtts.training.warm_start import warm_start
 
     _, _, vocabulary = load_model_from_run(source_run)

@@ -300,7 +300,7 @@ def serve_command(run_dir, voice_specs, host, port, batch_size, small_batches, m
 def pack_command(run_dir: str, out_dir: str, force: bool, with_discriminators: bool, vocoder_path: str | None) -> None:
     """A run's newest model, without optimizer state, as a folder to ship: synthesize --run and train --init-from
     take it (with its own vocoder, if it has one)."""
-    from myxtts.synthesis.loading import pack_run
+    from myxtts.synthesis.run_files import pack_run
     from myxtts.run_dir import RunDir
     from myxtts.vocoder.packing import pack_vocoder
 

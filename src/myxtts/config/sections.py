@@ -156,7 +156,7 @@ class ModelConfig:
     # mel as decoded); every mel the model says (synthesize, serve, export, evaluate, listening), not its training
     mel_sharpening: float = 0.0
     # the voice's pitch as an input (FastPitch-style): a predictor of each token's pitch (its log F0 standardised over
-    # the utterance's voiced frames), trained on the recordings' F0 (myxtts.pitch), and an embedding of it added to the
+    # the utterance's voiced frames), trained on the recordings' F0 (myxtts.f0.tracker), and an embedding of it added to the
     # text before the decoder: the recordings' pitch in training and teacher forcing, the predicted one in synthesis
     pitch_conditioning: bool = False
     # synthesis (pitch conditioning): the predicted pitch contour scaled by this about the utterance's mean (1: as

@@ -8,7 +8,7 @@ file names: ``myxtts.cache_files``):
   Fixed layout, little-endian: a 16-byte header of 4 int32 ``[UTTERANCE_MAGIC, tokens, frames,
   n_mels]``, then ``tokens`` int32 (bos + ids + eos), then ``frames x n_mels`` **float16** log mel
   (float16 halves memory and disk; its ~1e-3 relative precision is far below the model's error), then
-  ``frames`` float16 F0 in Hz, 0 where unvoiced (``myxtts.pitch``; float16 is within a cent): what
+  ``frames`` float16 F0 in Hz, 0 where unvoiced (``myxtts.f0.tracker``; float16 is within a cent): what
   ``model.pitch_conditioning`` trains on, read with the mel rather than tracked on every epoch.
   KEY hashes the id, the clip's fingerprint and the feature hash, so a changed clip gets a new file
   and the previous manifest stays valid until the new one replaces it;

@@ -15,7 +15,7 @@ the utterance files they name: ``myxtts.data.cache``):
   with them). Written last and durably (``myxtts.durable``): it makes the cache valid, and until it
   lands the previous manifest and every file it names stay as they were. A cache without a manifest (a
   crash mid-build) is never used, nor one without ``mel_stats`` (format 2: rebuilt by prepare); ``pitch_tracker``
-  records the settings of the F0 tracker (``myxtts.pitch_settings.TRACKER``): a cache of other settings is rebuilt.
+  records the settings of the F0 tracker (``myxtts.f0.TRACKER``): a cache of other settings is rebuilt.
 
 Nothing here reads an utterance file: ``myxtts.data.cache`` (the utterance files and FeatureCache) imports this
 module, never the other way round.
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from myxtts import pitch_settings
+from myxtts import f0
 from myxtts.cache_files import INDEX_FILE, INDEX_PREFIX, MANIFEST_FILE, UTTERANCE_DIR, VOCAB_FILE
 from myxtts.durable import fsync_directory, fsync_file, sha256_file, write_durably
 from myxtts.data.mel_stats import MelStats, MelStatsError
@@ -85,7 +85,7 @@ def check_manifest(cache_dir: Path, expected_hash: str,
         return None, (f"cache format {manifest.get('format_version')} is not the current format {FORMAT_VERSION} "
                       "(one file per utterance with its F0 track and its audio beside it, the train split's mel "
                       "statistics)")
-    tracker = pitch_settings.TRACKER  # the settings alone (no TensorFlow): an up-to-date prepare never loads it
+    tracker = f0.TRACKER  # the settings alone (no TensorFlow): an up-to-date prepare never loads it
     if manifest.get("pitch_tracker") != tracker:
         return None, (f"the F0 tracker's settings changed ({manifest.get('pitch_tracker')} -> {tracker}): "
                       "every clip's pitch track is computed again")

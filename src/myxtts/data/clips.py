@@ -85,7 +85,7 @@ def process_clip(entry: CorpusEntry, fingerprint: str, cfg: Any, processors: Tex
     """Validate, compute the mel and F0, write the clip's audio and utterance files (runs in a worker thread)."""
     import soundfile
 
-    from myxtts.pitch import clip_f0  # imports TensorFlow: an up-to-date prepare never loads it
+    from myxtts.f0.tracker import clip_f0  # imports TensorFlow: an up-to-date prepare never loads it
 
     checked = validate_clip(entry, cfg, processors.for_language(entry.language))
     if isinstance(checked, Rejection):

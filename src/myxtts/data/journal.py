@@ -2,7 +2,7 @@
 
 ``prepare`` appends one JSON line per clip once its verdict is final: accepted (after its utterance file
 was written and renamed into place, so a journalled file is always whole) or rejected (the reason).
-The first line records the feature hash and the F0 tracker's settings (``myxtts.pitch_settings.TRACKER``: the track
+The first line records the feature hash and the F0 tracker's settings (``myxtts.f0.TRACKER``: the track
 is in each utterance file) the lines belong to. The next ``prepare`` with the same feature hash and tracker reuses every
 journalled clip whose fingerprint is unchanged and whose utterance file is complete
 (its size matches its header); anything else (a clip cut off mid-write, a torn last line, a changed clip)
@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from myxtts import pitch_settings
+from myxtts import f0
 from myxtts.cache_files import JOURNAL_FILE
 from myxtts.data.cache import audio_file, read_utterance
 from myxtts.data.cache_manifest import CacheError
@@ -43,7 +43,7 @@ class PrepareJournal:
     def __init__(self, cache_dir: Path, feature_hash: str):
         self.path = Path(cache_dir) / JOURNAL_FILE
         # what the lines belong to
-        self.header = {"feature_hash": feature_hash, "pitch_tracker": pitch_settings.TRACKER}
+        self.header = {"feature_hash": feature_hash, "pitch_tracker": f0.TRACKER}
         self._handle: TextIO | None = None
 
     def finished(self) -> dict[str, dict[str, Any]]:

@@ -36,7 +36,7 @@ its own rows, so no validation utterance is dropped. The bucket plan is computed
 
 Pitch (``model.pitch_conditioning``): the parse map also reads the audio the mel was computed from (the cache's
 ``.wav`` beside each utterance file, or the decoded clip on the fly) and adds its F0, one value per mel frame
-(``myxtts.pitch``, TF ops), padded with zeros like the mel: a ``pitch`` key ``[batch, mel_frames]`` in every batch.
+(``myxtts.f0.tracker``, TF ops), padded with zeros like the mel: a ``pitch`` key ``[batch, mel_frames]`` in every batch.
 
 References (voice conditioning): for each utterance, another utterance of the same speaker (chosen
 at random among all cached utterances, never the target itself); then a random crop of

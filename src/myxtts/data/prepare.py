@@ -3,7 +3,7 @@
 Each clip is checked (audio decodes, finite, duration within data.min/max_duration, not silent, text
 encodes in the clip's language) and either accepted or written to ``rejected.csv`` with a named
 reason. Accepted clips get their log mel computed with ``MelFrontend`` and their F0 track with
-``myxtts.pitch``, written to one file per utterance (see ``myxtts.data.cache`` for the layout). Clips are
+``myxtts.f0.tracker``, written to one file per utterance (see ``myxtts.data.cache`` for the layout). Clips are
 processed by ``workers`` threads (decode, resampling and the TF ops all release the GIL, so the cores are busy in
 parallel).
 Then the per-bin mean / std of the train split's log mels (``myxtts.data.mel_stats``) are computed
@@ -59,7 +59,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from myxtts import __version__, pitch_settings
+from myxtts import __version__, f0
 from myxtts.cache_files import JOURNAL_FILE, MANIFEST_FILE, REJECTED_FILE, VOCAB_FILE
 from myxtts.data.after_manifest import after_manifest, ensure_bucket_plan, finish_stopped_update
 from myxtts.data.buckets import BucketParams, log_misfits, plan_buckets
@@ -301,7 +301,7 @@ def _manifest(cfg: Any, corpus: Any, fingerprints: dict[str, str], diff: CorpusD
     single_ids = accepted.single_ids
     return {
         "format_version": FORMAT_VERSION,
-        "pitch_tracker": pitch_settings.TRACKER,
+        "pitch_tracker": f0.TRACKER,
         "feature_hash": cfg.feature_hash(),
         "feature_params": feature_params(cfg),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -23,7 +23,7 @@ from myxtts.data.cache import FeatureCache, tf_read_utterance
 from myxtts.data.cache_manifest import CacheError
 from myxtts.data.corpus import read_config_corpus
 from myxtts.errors import InputError
-from myxtts.pitch import frames_f0
+from myxtts.f0.tracker import frames_f0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,7 +118,7 @@ class CacheSource:
         self.n_mels = c.n_mels
         self.mel_stats = c.mel_stats  # CacheError naming the cache when the manifest has none
         self.paths = tf.constant(c.paths())  # [utterances] string
-        self.pitch = cfg.model.pitch_conditioning  # parse adds "pitch": frame F0 [frames] Hz (myxtts.pitch)
+        self.pitch = cfg.model.pitch_conditioning  # parse adds "pitch": frame F0 [frames] Hz (myxtts.f0.tracker)
 
     def _read(self, row: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         # tokens [t] int32, mel [f, n_mels] float16, F0 [f] float16 Hz

@@ -3,7 +3,7 @@
 An L1-trained decoder that cannot know the pitch averages over it: harmonics and formant edges come out smoothed.
 With pitch conditioning each token carries one pitch value, added to its encoding before the length regulator:
 
-    targets: frame F0 [B, T_mel] Hz (myxtts.pitch, 0 unvoiced) -> log, standardised over each utterance's voiced
+    targets: frame F0 [B, T_mel] Hz (myxtts.f0.tracker, 0 unvoiced) -> log, standardised over each utterance's voiced
              frames (the contour; the voice's own level comes from its reference; tracker outliers trimmed) -> mean over each token's voiced
              frames of the hard alignment -> token pitch [B, T_text] (0: a token with no voiced frame)
     text' = text + PitchEmbedding(token pitch)          # [B, T_text, d]; the recordings' pitch when known

@@ -32,7 +32,7 @@ from myxtts.data.run_features import load_run_mel_stats
 from myxtts.model.durations import alignment_from_durations, durations_from_log
 from myxtts.outputs import EXPORT, check_output_folder, write_staged
 from myxtts.run_dir import checkpoint_step, latest_checkpoint
-from myxtts.synthesis.loading import load_model_from_run
+from myxtts.synthesis.run_files import load_model_from_run
 from myxtts.vocoder import GriffinLim, Vocoder
 from myxtts.vocoder.neural import NeuralVocoder, choose_vocoder, load_vocoder
 

@@ -35,7 +35,7 @@ from myxtts.model import TTSModel
 from myxtts.run_dir import latest_checkpoint
 from myxtts.synthesis.engine import References, SynthesisEngine, SynthesisResult
 from myxtts.synthesis.lengths import LengthPolicy
-from myxtts.synthesis.loading import load_model_from_checkpoint, load_model_from_run
+from myxtts.synthesis.run_files import load_model_from_checkpoint, load_model_from_run
 from myxtts.synthesis.text_split import TextPiece
 from myxtts.text import Vocabulary
 from myxtts.vocoder import Vocoder, write_wav

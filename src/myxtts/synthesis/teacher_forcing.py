@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.diagnostics.tf_warning import first_trace_expected
-from myxtts.pitch import frame_f0
+from myxtts.f0.tracker import frame_f0
 from myxtts.synthesis.engine import Reference
 from myxtts.synthesis.synthesizer import Synthesizer
 from myxtts.text import PAD_ID

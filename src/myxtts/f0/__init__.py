@@ -1,5 +1,6 @@
-"""The F0 tracker's settings (``myxtts.pitch``), importable without TensorFlow: the cache's freshness check, the
-prepare journal and the manifest read ``TRACKER``, and an up-to-date ``prepare`` never loads TensorFlow."""
+"""Fundamental frequency (F0): the tracker's settings here, importable without TensorFlow (the cache's freshness check,
+the prepare journal and the manifest read ``TRACKER``, and an up-to-date ``prepare`` never loads TensorFlow); the
+tracker itself, in TF ops, is ``myxtts.f0.tracker``."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ The YIN estimator (de Cheveigné & Kawahara 2002) on the mel front-end's frames:
 
 Plain ops with no Python control flow on tensors: they run eagerly, in a tf.function and inside a ``Dataset.map``.
 ``myxtts prepare`` stores every clip's track in its utterance file (``clip_f0``), so training reads it rather than
-running the tracker on every epoch; the cache records ``TRACKER`` (``myxtts.pitch_settings``, the settings without
+running the tracker on every epoch; the cache records ``TRACKER`` (``myxtts.f0``, the settings without
 TensorFlow), and a change of it rebuilds the cache.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from myxtts.pitch_settings import FLOOR_DB, FMAX_HZ, FMIN_HZ, MARGIN, SILENCE_DB, THRESHOLD
+from myxtts.f0 import FLOOR_DB, FMAX_HZ, FMIN_HZ, MARGIN, SILENCE_DB, THRESHOLD
 
 
 def frame_f0(waveform: tf.Tensor, sample_rate: int, hop_length: int, frame_length: int | None = None,
