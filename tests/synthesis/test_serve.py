@@ -36,17 +36,13 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_server(engine, send_buffer: int | None = None) -> Iterator[str]:
-    """``engine`` behind the real app and uvicorn on a free localhost port, in a thread; yields its URL.
-    ``send_buffer``: the kernel's send buffer of every connection, in bytes (the accepted sockets inherit the
-    listening socket's; small, the audio a client does not read stays in the server's process)."""
+def running_server(engine) -> Iterator[str]:
+    """``engine`` behind the real app and uvicorn on a free localhost port, in a thread; yields its URL."""
     import uvicorn
 
     from myxtts.synthesis.http import uvicorn_config
 
     listening = socket.socket()
-    if send_buffer is not None:
-        listening.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     listening.bind(("127.0.0.1", 0))
     port = listening.getsockname()[1]
     http = uvicorn.Server(uvicorn_config(engine, "127.0.0.1", port, log_level="warning"))

@@ -3,9 +3,9 @@ the audio held unsent is bounded for all requests together (``max_unsent_bytes``
 (``request_timeout``), and a request's text work is bounded by ``max_pieces`` while splitting, stops when its client
 leaves and is linear in the text.
 
-The servers' connections get a small kernel send buffer (``running_server(send_buffer=...)``), so the audio a
-client does not read stays in the server's process, where it is counted, instead of filling megabytes of loopback
-buffers.
+The server gives every connection a small kernel send buffer of its own (``http_connections.py``), so the audio a
+client does not read stays in the server's process, where it is counted and timed, instead of filling megabytes of
+the kernel's buffers.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from serve_limits_helpers import engine_held, error_of, idle
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-SEND_BUFFER = 4096  # bytes: the kernel's send buffer of each of the servers' connections
 SLOW_TEXT = " ".join(TRANSCRIPTS[i] for i in (0, 3, 1, 4, 5, 9))  # six pieces: two batches, ~1 MB of audio
 
 
@@ -50,7 +49,7 @@ def _engine(synthesizer, **limits):
 def timed(synthesizer):
     """A server whose requests have 1.5 s in all (max_pieces 8)."""
     engine = _engine(synthesizer, request_timeout=1.5, max_pieces=8)
-    with running_server(engine, send_buffer=SEND_BUFFER) as url:
+    with running_server(engine) as url:
         yield url, engine
 
 
@@ -94,7 +93,7 @@ def test_slow_readers_hold_at_most_max_unsent_bytes_and_a_further_request_gets_4
     limit = 8 * worst + worst // 2  # eight such requests fit, a ninth does not
     engine = _engine(synthesizer, max_pieces=8, max_requests_in_flight=16, max_queued_pieces=64,
                      max_unsent_bytes=limit)
-    with running_server(engine, send_buffer=SEND_BUFFER) as url, contextlib.ExitStack() as clients:
+    with running_server(engine) as url, contextlib.ExitStack() as clients:
         with engine_held(engine) as inside:  # nothing is delivered yet: each holds its whole reservation
             readers = [clients.enter_context(slow_reader(url, TWO_SENTENCES)) for _ in range(8)]
             inside.wait(60)

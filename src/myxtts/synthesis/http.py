@@ -6,7 +6,7 @@
     GET /health -> {"status": "ok", "voices": [...], "compiles_after_warmup": 0, "backlog": {...}, "limits": {...}}
 
 A connection whose request line and headers do not all arrive within ``header_timeout`` is closed
-(``head_deadline_protocol``); above ``max_connections`` open connections a new one is answered 503 (uvicorn's
+(``http_connections.head_deadline_protocol``); above ``max_connections`` open connections a new one is answered 503 (uvicorn's
 ``limit_concurrency``). Cross-site requests are refused before any route (``SameOriginGuard``): a Host header that
 is not the server's own (its bind address and port, or ``allowed_hosts``; DNS rebinding) and an Origin header of
 another site get 403, and the speech endpoint takes ``Content-Type: application/json`` only (415), so a web page the
@@ -25,8 +25,9 @@ watches for the client leaving; either way the stream is cancelled and its remai
 slow to read has its connection aborted (``head_deadline_protocol`` puts the hook in the scope's extensions), which
 frees what uvicorn's buffer still holds for it. A piece's bytes count as unsent (``max_unsent_bytes``) until the
 send after it returns: uvicorn waits before each send until the connection's buffer is below its high-water mark,
-so by then the piece has left the process but for at most that mark. Each accepted request gets an id
-(``X-Request-Id``) that every log line about it names. A failure after the headers (an engine error, a piece
+so by then the piece has left the process but for at most that mark, into a kernel send buffer of a fixed
+``CONNECTION_SEND_BUFFER_BYTES`` (a client that reads slowly makes the sends wait, and the timeouts see it). Each
+accepted request gets an id (``X-Request-Id``) that every log line about it names. A failure after the headers (an engine error, a piece
 that never comes, a cancel) ends the response without its final chunk and closes the connection: the client sees
 the chunked transfer cut, never a clean end of a truncated WAV.
 
@@ -47,6 +48,7 @@ import uuid
 from typing import Any
 
 from myxtts.synthesis.admission import EngineBusyError, SpeechRequestError
+from myxtts.synthesis.http_connections import ABORT_EXTENSION, head_deadline_protocol
 from myxtts.synthesis.http_guard import SameOriginGuard, allowed_hosts_for
 from myxtts.synthesis.serving import PIECE_READY_TIMEOUT, SpeechEngine
 from myxtts.synthesis.speech_stream import SpeechStream, wav_header
@@ -56,8 +58,6 @@ LOG = logging.getLogger("myxtts.serve")
 # seconds the streams in flight may take to finish after SIGTERM (under the 30 s a container orchestrator such as
 # Kubernetes waits by default before it kills)
 DEFAULT_SHUTDOWN_GRACE = 20.0
-# the scope extension under which head_deadline_protocol offers the connection's abort (uvicorn's transport.abort)
-ABORT_EXTENSION = "myxtts.abort_connection"
 
 
 def _error(status: int, message: str, param: str | None = None, kind: str = "invalid_request_error",
@@ -273,62 +273,6 @@ def create_app(engine: SpeechEngine, allowed_hosts: tuple[str, ...] | None = Non
         return audio_response(stream, FORMATS[body.response_format], headers, prefix, limits.send_timeout, request_id)
 
     return SameOriginGuard(app, allowed_hosts)
-
-
-def head_deadline_protocol(header_timeout: float) -> type:
-    """uvicorn's h11 protocol with a deadline on each request's head (``ServerLimits.header_timeout``), offering
-    each request's application the connection's abort (``ABORT_EXTENSION`` in the scope's extensions).
-
-    uvicorn has no timeout covering a request's arrival: its keep-alive timer only runs between requests and is
-    reset by every byte received, so a client sending its headers one byte a second holds a connection for as long
-    as it likes (slowloris). The deadline starts when the connection opens and again when a response ends; the
-    complete head (h11's ``Request`` event, which starts a request-response cycle) disarms it; the body has its own
-    limit (``body_timeout``, in ``create_app``)."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
-
-    class HeadDeadlineProtocol(H11Protocol):
-        head_deadline: asyncio.TimerHandle | None = None
-
-        def connection_made(self, transport) -> None:
-            super().connection_made(transport)
-            self.arm_head_deadline()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing():
-                self.arm_head_deadline()
-
-        def handle_events(self) -> None:
-            super().handle_events()
-            if not self.waiting_for_head():
-                self.disarm_head_deadline()
-            if self.cycle is not None:  # the response of a client too slow to read aborts the connection with it
-                self.cycle.scope.setdefault("extensions", {})[ABORT_EXTENSION] = self.transport.abort
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self.disarm_head_deadline()
-            super().connection_lost(exc)
-
-        def waiting_for_head(self) -> bool:
-            return self.cycle is None or self.cycle.response_complete
-
-        def arm_head_deadline(self) -> None:
-            self.disarm_head_deadline()
-            self.head_deadline = self.loop.call_later(header_timeout, self.head_expired)
-
-        def disarm_head_deadline(self) -> None:
-            if self.head_deadline is not None:
-                self.head_deadline.cancel()
-                self.head_deadline = None
-
-        def head_expired(self) -> None:
-            self.head_deadline = None
-            if self.waiting_for_head() and not self.transport.is_closing():
-                LOG.warning("closed a connection from %s: no complete request head within %s s",
-                            "%s:%d" % self.client if self.client else "?", header_timeout)
-                self.transport.close()
-
-    return HeadDeadlineProtocol
 
 
 def uvicorn_config(engine: SpeechEngine, host: str, port: int, log_level: str = "info",
