@@ -1,24 +1,49 @@
-"""`myxtts serve` under abuse: well-behaved clients' latency with and without abusers, in one run.
+"""`myxtts serve` under abuse: well-behaved clients' latency with and without abusers, then a connection flood past
+the limit and an injected engine failure, in one run.
 
-A real server process (``python -m myxtts serve``, default limits) on 127.0.0.1. Phases of ``--seconds`` alternate
-``--rounds`` times: **quiet** (``--clients`` well-behaved clients, each a closed loop streaming a two-sentence
-paragraph, as ``benchmarks/serve.py``) and **abused** (the same clients while abusers run beside them). The abusers,
-one thread per kind, each bounded in count:
+A real server process on 127.0.0.1 (``myxtts serve``, default limits), started through
+``benchmarks/serve_failing_engine.py``: the CLI as deployed, but with the engine's decoding set to fail once this
+benchmark creates a trigger file (the last phase). Phases of ``--seconds`` alternate ``--rounds`` times: **quiet**
+(``--clients`` well-behaved clients, each a closed loop streaming a two-sentence paragraph, as
+``benchmarks/serve.py``) and **abused** (the same clients while abusers run beside them: ``benchmarks/serve_abusers.py``).
+The abusers, one thread per kind (eight for the slow readers), each bounded in count:
 
 - ``huge_content_length``: ``Content-Length: 1000000000`` and 10 bytes sent (413, or a close, within 2 s);
 - ``input_100kb``: a 100 KB input (413: over the body limit);
 - ``malformed_json``, ``unknown_voice``, ``nan_speed``: 400;
+- ``cross_site_origin``: a POST with ``Origin: http://evil.example`` (403: another site's page);
+- ``foreign_host``: a POST with ``Host: evil.example`` (403: DNS rebinding);
+- ``text_plain``: a POST with ``Content-Type: text/plain`` (415: a "simple" cross-site form or text request);
 - ``burst``: 80 requests at once (past the requests-in-flight limit: 429 with Retry-After for the excess), each
   closed as soon as its status line arrives;
 - ``disconnect``: a many-piece request closed after its first audio bytes;
 - ``stop_reading``: a many-piece request whose client reads the first audio bytes and then nothing (the server
   drops it after its send timeout);
-- ``slowloris``: request headers sent one byte a second (how long the server keeps such a connection is reported).
+- ``slowloris``: request headers sent one byte a second (how long the server keeps such a connection is reported);
+- ``slow_readers``: eight streams at once of a twelve-sentence text, each client reading 2 KB every 0.5 s through a
+  small receive buffer (the server should end each at its send_timeout or request_timeout, cutting or resetting the
+  connection, while its unsent audio stays under ``max_unsent_bytes``); per stream its status, bytes read, seconds
+  until the client saw the end and how it ended (clean end, cut, reset, or given up by the client 30 s past the
+  server's request_timeout). A client this slow still takes each piece within send_timeout, so request_timeout is
+  what should end it. The phase's end waits for the streams open then, so the next quiet phase does not share the
+  server with them;
+- ``idle_connections``: a flood below the connection limit (``max_connections`` less the clients, a margin of 50 and
+  the connections the other kinds hold at once, the burst's above all): idle sockets that send nothing, held until
+  the server closes them (its header_timeout), then opened again; per wave how many the server closed and after how
+  long. The well-behaved clients must not notice it.
+
+After the rounds, on the same server: **flood_past_limit**, ``max_connections + 100`` idle sockets (the limit read from
+``/health``), then ``GET /health`` on 20 more connections (each expected 503 from uvicorn's limit_concurrency, at once),
+the flood closed, and the seconds until a well-behaved request succeeds again; then **engine_failure**, last since it
+kills the engine: the trigger file created, a long request sent (expected: its stream cut or failed), ``/health``
+polled every 0.1 s until it is not 200, a new request after that (expected 503 at once), and whether the server's
+log holds the traceback of ``InjectedEngineFailure``.
 
 Reported: the well-behaved clients' time to first audio (p50 / p95) and failures per phase kind, the p95 ratio
 abused / quiet paired by round, each abuser kind's status codes and slowest answer, ``/health`` polled every second
-throughout (failures, slowest answer), the server's resident memory sampled every 5 s (first minute against last
-minute) and its peak, and ``/health``'s count of pieces vocoded for clients that had already left.
+throughout the rounds (failures, slowest answer, the peak of ``backlog.unsent_bytes``, ``requests_timed_out``), the
+server's resident memory sampled every 5 s (first minute against last minute) and its peak, ``/health``'s count of
+pieces vocoded for clients that had already left, the two final phases, and every target against its figure.
 
     python benchmarks/serve_faults.py --run pretrained/base-espeak-tiny --rounds 2 --seconds 75 \\
         --json docs/benchmarks/serve-faults.json --plot docs/benchmarks/serve-faults.png
@@ -29,20 +54,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import REPO, child_environment, paired_ratios, spread, write_report  # noqa: E402
 from serve import free_port, paragraphs, peak_memory_gb, request, wait_for  # noqa: E402
+from serve_abusers import (LONG_TEXT, OTHER_ABUSER_CONNECTIONS, Abusers, connect, open_idle,  # noqa: E402
+                           raw_request, read_until_end, speech_body, status_of)
 from myxtts.machine import machine  # noqa: E402
 
-LONG_TEXT = " ".join(["The committee met again in the morning, and the report was read aloud."] * 12)
+FAILING_ENGINE = Path(__file__).resolve().parent / "serve_failing_engine.py"
+# kinds that are not a request answered at once: their seconds are how long the server kept them, not an answer time
+HELD_KINDS = ("slowloris", "stop_reading", "disconnect", "slow_readers", "idle_connections")
+# the refusals and the status each expects
+EXPECTED_STATUS = {"huge_content_length": 413, "input_100kb": 413, "malformed_json": 400, "unknown_voice": 400,
+                   "nan_speed": 400, "cross_site_origin": 403, "foreign_host": 403, "text_plain": 415}
+FLOOD_PROBES = 20  # GET /health on further connections while the flood is past the limit
 
 
 def percentile(values: list[float], fraction: float) -> float | None:
@@ -50,137 +84,15 @@ def percentile(values: list[float], fraction: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else None
 
 
-def raw_request(port: int, body: bytes, declared: int | None = None, timeout: float = 30.0) -> socket.socket:
-    """A POST to /v1/audio/speech on a raw socket (``declared``: the Content-Length to claim)."""
-    connection = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    connection.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                       + f"Content-Length: {len(body) if declared is None else declared}\r\n\r\n".encode() + body)
-    return connection
-
-
-def status_of(connection: socket.socket) -> tuple[int | None, bytes]:
-    """(status code or None when the server closed without one, what was read up to the end of the headers)."""
-    answer = b""
+def health_status(url: str, timeout: float = 5.0) -> tuple[int | None, dict]:
+    """/health's status code (None: no answer) and its JSON ({} when it is not JSON)."""
     try:
-        while b"\r\n\r\n" not in answer:
-            chunk = connection.recv(65536)
-            if not chunk:
-                break
-            answer += chunk
-    except OSError:
-        pass
-    line = answer.split(b"\r\n", 1)[0].split()
-    return (int(line[1]) if len(line) > 1 and line[1].isdigit() else None), answer
-
-
-def speech_body(text: str, **extra) -> bytes:
-    return json.dumps({"input": text, "voice": "voice", "response_format": "pcm", **extra}).encode()
-
-
-class Abusers:
-    """One thread per abuse kind, looping until ``stop``; every attempt recorded as (kind, status, seconds)."""
-
-    def __init__(self, port: int):
-        self.port, self.records, self.lock, self.stop = port, [], threading.Lock(), threading.Event()
-
-    def record(self, kind: str, status: int | None, seconds: float, **extra) -> None:
-        with self.lock:
-            self.records.append({"kind": kind, "status": status, "seconds": round(seconds, 3), **extra})
-
-    def simple(self, kind: str, body: bytes, declared: int | None = None) -> None:
-        started = time.perf_counter()
-        with raw_request(self.port, body, declared, timeout=10) as connection:
-            status, _ = status_of(connection)
-        self.record(kind, status, time.perf_counter() - started)
-
-    def burst(self) -> None:
-        started, connections = time.perf_counter(), []
-        for _ in range(80):
-            connections.append(raw_request(self.port, speech_body(LONG_TEXT)))
-        for connection in connections:
-            status, answer = status_of(connection)
-            retry_after = b"retry-after" in answer.lower()
-            connection.close()
-            self.record("burst", status, time.perf_counter() - started, retry_after=retry_after)
-
-    def leave_early(self, kind: str, stall: float) -> None:
-        """Read the headers and the first audio bytes; then close (``stall`` 0) or stop reading for ``stall`` s."""
-        started = time.perf_counter()
-        connection = raw_request(self.port, speech_body(LONG_TEXT))
-        connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a full window comes soon
-        status, answer = status_of(connection)
-        if status == 200 and not answer.partition(b"\r\n\r\n")[2]:
-            connection.recv(4096)
-        self.record(kind, status, time.perf_counter() - started)
-        if stall:
-            self.stop.wait(stall)
-        connection.close()
-
-    def slowloris(self) -> None:
-        """Headers one byte a second; returns when the server closes the connection or the phase ends."""
-        started = time.perf_counter()
-        head = b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"a" * 10_000
-        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as connection:
-            closed = False
-            for byte in head:
-                if self.stop.is_set():
-                    break
-                try:
-                    connection.sendall(bytes([byte]))
-                    connection.settimeout(1.0)
-                    if connection.recv(1024) == b"":
-                        closed = True
-                        break
-                except socket.timeout:
-                    continue
-                except OSError:
-                    closed = True
-                    break
-        self.record("slowloris", None, time.perf_counter() - started, closed_by_server=closed)
-
-    def loop(self, kind: str, attempt, pause: float, limit: int) -> None:
-        for _ in range(limit):
-            if self.stop.is_set():
-                return
-            try:
-                attempt()
-            except OSError as err:
-                self.record(kind, None, 0.0, error=str(err)[:120])
-            self.stop.wait(pause)
-
-    def start(self) -> list[threading.Thread]:
-        self.stop.clear()
-        kinds = {
-            "huge_content_length": (lambda: self.simple("huge_content_length", b'{"input": "', 1_000_000_000), 2),
-            "input_100kb": (lambda: self.simple("input_100kb", speech_body("a" * 100_000)), 2),
-            "malformed_json": (lambda: self.simple("malformed_json", b'{"input": "Hello.", "voice": '), 2),
-            "unknown_voice": (lambda: self.simple("unknown_voice", speech_body("Hello.").replace(
-                b'"voice": "voice"', b'"voice": "nobody"')), 2),
-            "nan_speed": (lambda: self.simple("nan_speed", speech_body("Hello.")[:-1] + b', "speed": NaN}'), 2),
-            "burst": (self.burst, 20),
-            "disconnect": (lambda: self.leave_early("disconnect", 0.0), 3),
-            "stop_reading": (lambda: self.leave_early("stop_reading", 40.0), 1),
-            "slowloris": (self.slowloris, 1),
-        }
-        threads = [threading.Thread(target=self.loop, args=(kind, attempt, pause, 200), daemon=True)
-                   for kind, (attempt, pause) in kinds.items()]
-        for thread in threads:
-            thread.start()
-        return threads
-
-    def summary(self) -> dict:
-        kinds: dict[str, dict] = {}
-        for record in self.records:
-            entry = kinds.setdefault(record["kind"], {"attempts": 0, "statuses": {}, "slowest_seconds": 0.0})
-            entry["attempts"] += 1
-            key = str(record["status"])
-            entry["statuses"][key] = entry["statuses"].get(key, 0) + 1
-            entry["slowest_seconds"] = max(entry["slowest_seconds"], record["seconds"])
-            if "closed_by_server" in record:
-                entry["closed_by_server"] = entry.get("closed_by_server", 0) + int(record["closed_by_server"])
-            if record.get("retry_after"):
-                entry["with_retry_after"] = entry.get("with_retry_after", 0) + 1
-        return kinds
+        with urllib.request.urlopen(url + "/health", timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, {}
+    except (OSError, ValueError):
+        return None, {}
 
 
 def clients_phase(url: str, clients: int, seconds: float, texts: list[str]) -> dict:
@@ -206,25 +118,26 @@ def clients_phase(url: str, clients: int, seconds: float, texts: list[str]) -> d
 
 
 class Watch(threading.Thread):
-    """/health every second (answer time, failures) and the server's resident memory every 5 s."""
+    """/health every second (answer time, failures, the peak of its unsent audio bytes, its requests timed out) and
+    the server's resident memory every 5 s."""
 
     def __init__(self, url: str, pid: int):
         super().__init__(daemon=True)
         self.url, self.pid, self.stop = url, pid, threading.Event()
         self.health_seconds, self.health_failures, self.memory = [], 0, []
+        self.unsent_bytes_peak, self.requests_timed_out = 0, None
         self.started = time.perf_counter()
 
     def run(self) -> None:
-        import urllib.request
-
         tick = 0
         while not self.stop.wait(1.0):
             started = time.perf_counter()
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=5) as response:
-                    response.read()
+            status, health = health_status(self.url)
+            if status == 200:
                 self.health_seconds.append(time.perf_counter() - started)
-            except OSError:
+                self.unsent_bytes_peak = max(self.unsent_bytes_peak, health.get("backlog", {}).get("unsent_bytes", 0))
+                self.requests_timed_out = health.get("requests_timed_out")
+            else:
                 self.health_failures += 1
             tick += 1
             if tick % 5 == 0:
@@ -232,6 +145,93 @@ class Watch(threading.Thread):
                     if line.startswith("VmRSS:"):
                         self.memory.append((round(time.perf_counter() - self.started, 1),
                                             int(line.split()[1]) / 1024))  # MiB
+
+
+def flood_past_limit(port: int, url: str, max_connections: int, texts: list[str]) -> dict:
+    """``max_connections + 100`` idle sockets, ``GET /health`` on FLOOD_PROBES more (status and answer time each),
+    the flood closed, then the seconds until a well-behaved request succeeds again."""
+    flood = open_idle(port, max_connections + 100)
+    time.sleep(1.0)  # the server accepts them all (well within its header_timeout, after which it closes them)
+    probes = []
+    for _ in range(FLOOD_PROBES):
+        started, status = time.perf_counter(), None
+        try:
+            with connect(port, timeout=10) as connection:
+                connection.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                status, _ = status_of(connection)
+        except OSError:
+            pass
+        probes.append({"status": status, "seconds": round(time.perf_counter() - started, 3)})
+    for connection in flood:
+        connection.close()
+    closed, recovered, attempts = time.perf_counter(), None, 0
+    while recovered is None and time.perf_counter() - closed < 60:
+        result = request(url, texts[attempts % len(texts)], "voice")
+        attempts += 1
+        if result["ok"]:
+            recovered = round(time.perf_counter() - closed, 3)
+        else:
+            time.sleep(0.2)
+    statuses: dict[str, int] = {}
+    for probe in probes:
+        statuses[str(probe["status"])] = statuses.get(str(probe["status"]), 0) + 1
+    return {"flood_opened": len(flood), "probes": probes, "statuses": statuses,
+            "slowest_seconds": max(probe["seconds"] for probe in probes),
+            "recovered_seconds": recovered, "requests_until_recovered": attempts}
+
+
+def engine_failure(port: int, url: str, trigger: Path, log_path: Path) -> dict:
+    """The trigger file created, then a long request (its outcome), /health every 0.1 s until it is not 200, a new
+    request after that (its status and answer time), and whether the log holds the injected failure's traceback."""
+    in_flight: dict = {}
+
+    def stream() -> None:  # the request in flight when the engine dies: read to its end, as fast as it comes
+        begun = time.perf_counter()
+        try:
+            with raw_request(port, speech_body(LONG_TEXT), timeout=10, headers={"Connection": "close"}) as connection:
+                status, answer = status_of(connection)
+                body = answer.partition(b"\r\n\r\n")[2]
+                count, ended = (read_until_end(connection, body, 65536, 0.0, begun + 60) if status == 200
+                                else (len(body), "refused"))
+            in_flight.update(status=status, bytes_read=count, ended=ended)
+        except OSError as err:
+            in_flight.update(status=None, ended="error", error=str(err)[:120])
+        in_flight["seconds"] = round(time.perf_counter() - begun, 3)
+
+    trigger.touch()
+    started = time.perf_counter()
+    reader = threading.Thread(target=stream, daemon=True)
+    reader.start()
+    status, unhealthy_after = 200, None
+    while time.perf_counter() - started < 30:
+        status, _ = health_status(url, timeout=2)
+        if status != 200:
+            unhealthy_after = round(time.perf_counter() - started, 3)
+            break
+        time.sleep(0.1)
+    after_started, after_status = time.perf_counter(), None
+    try:
+        with raw_request(port, speech_body("Hello."), timeout=10) as connection:
+            after_status, _ = status_of(connection)
+    except OSError:
+        pass
+    after_seconds = round(time.perf_counter() - after_started, 3)
+    reader.join(70)
+    time.sleep(0.5)  # the engine's log line is written by then
+    log = log_path.read_text(errors="replace")
+    return {"health_non_200_after_seconds": unhealthy_after, "health_status": status, "in_flight": in_flight,
+            "after_failure": {"status": after_status, "seconds": after_seconds},
+            "traceback_in_log": "Traceback" in log and "InjectedEngineFailure" in log}
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    """SIGTERM, and SIGKILL if it has not exited within a minute: no server outlives the benchmark."""
+    server.terminate()
+    try:
+        server.wait(60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait(10)
 
 
 def main() -> None:
@@ -249,17 +249,23 @@ def main() -> None:
     parser.add_argument("--plot", default=None)
     args = parser.parse_args()
     port, url = free_port()
-    log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"myxtts-serve-faults-{port}.log"
+    temporary = Path(os.environ.get("TMPDIR", "/tmp"))
+    log_path = temporary / f"myxtts-serve-faults-{port}.log"
+    trigger = temporary / f"myxtts-serve-faults-{port}.fail"  # its existence fails the engine's next decode
+    trigger.unlink(missing_ok=True)
     with open(log_path, "w") as log:
-        server = subprocess.Popen([sys.executable, "-m", "myxtts", "serve", "--run", args.run, "--voice",
-                                   f"voice={args.reference}", "--port", str(port), "--vocoder", args.vocoder,
-                                   *(["--no-small-batches"] if args.no_small_batches else [])],
+        server = subprocess.Popen([sys.executable, str(FAILING_ENGINE), "--trigger-file", str(trigger), "serve",
+                                   "--run", args.run, "--voice", f"voice={args.reference}", "--port", str(port),
+                                   "--vocoder", args.vocoder, *(["--no-small-batches"] if args.no_small_batches else [])],
                                   stdout=log, stderr=subprocess.STDOUT, env=child_environment(), cwd=REPO)
         try:
             health_at_start = wait_for(url, server)
+            limits = health_at_start["limits"]
+            # below the connection limit by the clients, a margin of 50 and what the other abusers hold at once
+            idle_count = max(0, limits["max_connections"] - args.clients - 50 - OTHER_ABUSER_CONNECTIONS)
             texts = paragraphs(200)
             request(url, texts[0], "voice")  # connections and allocator before timing
-            watch, abusers = Watch(url, server.pid), Abusers(port)
+            watch, abusers = Watch(url, server.pid), Abusers(port, idle_count, limits["request_timeout"])
             watch.start()
             phases = []
             for index in range(args.rounds):
@@ -267,17 +273,24 @@ def main() -> None:
                     threads = abusers.start() if kind == "abused" else []
                     result = clients_phase(url, args.clients, args.seconds, texts)
                     abusers.stop.set()
+                    waited = time.perf_counter()
+                    deadline = waited + abusers.slow_reader_cap + 30  # a slow reader still open ends by then
                     for thread in threads:
-                        thread.join(60)
+                        thread.join(max(0.0, deadline - time.perf_counter()))
+                    result["abusers_wait_seconds"] = round(time.perf_counter() - waited, 1) if threads else 0.0
                     phases.append({"round": index + 1, "kind": kind, **result})
                     print(f"round {index + 1} {kind}: {json.dumps(result)}", flush=True)
             watch.stop.set()
             watch.join(10)
             health_at_end = wait_for(url, server)
-            peak = peak_memory_gb(server.pid)
+            flood = flood_past_limit(port, url, limits["max_connections"], texts)
+            print(f"flood_past_limit: {json.dumps({k: v for k, v in flood.items() if k != 'probes'})}", flush=True)
+            peak = peak_memory_gb(server.pid)  # before the engine dies
+            failure = engine_failure(port, url, trigger, log_path)
+            print(f"engine_failure: {json.dumps(failure)}", flush=True)
         finally:
-            server.terminate()
-            server.wait(60)
+            trigger.unlink(missing_ok=True)
+            stop_server(server)
     quiet = [p for p in phases if p["kind"] == "quiet"]
     abused = [p for p in phases if p["kind"] == "abused"]
     memory = [mib for _, mib in watch.memory]
@@ -286,7 +299,7 @@ def main() -> None:
     report = {
         "benchmark": "serve_faults", "run": args.run, "vocoder": args.vocoder, "clients": args.clients,
         "seconds_per_phase": args.seconds, "small_batches": not args.no_small_batches, "machine": machine(),
-        "phases": phases,
+        "idle_connections_per_wave": idle_count, "phases": phases,
         "quiet": {"ttfa_p50": spread(p["ttfa_p50"] for p in quiet), "ttfa_p95": spread(p["ttfa_p95"] for p in quiet),
                   "failed": sum(p["failed"] for p in quiet), "requests": sum(p["requests"] for p in quiet)},
         "abused": {"ttfa_p50": spread(p["ttfa_p50"] for p in abused),
@@ -296,24 +309,42 @@ def main() -> None:
         "abusers": abuse,
         "health": {"polls": len(watch.health_seconds), "failures": watch.health_failures,
                    "slowest_seconds": max(watch.health_seconds, default=None),
-                   "median_seconds": statistics.median(watch.health_seconds) if watch.health_seconds else None},
+                   "median_seconds": statistics.median(watch.health_seconds) if watch.health_seconds else None,
+                   "unsent_bytes_peak": watch.unsent_bytes_peak, "requests_timed_out": watch.requests_timed_out},
         "memory_mib": {"samples": watch.memory, "first_minute_mean": statistics.mean(first),
                        "last_minute_mean": statistics.mean(last), "peak_gib": peak},
+        "flood_past_limit": flood, "engine_failure": failure,
         "health_at_start": health_at_start, "health_at_end": health_at_end,
     }
     growth = report["memory_mib"]["last_minute_mean"] / max(report["memory_mib"]["first_minute_mean"], 1e-9) - 1
-    answered = {kind: entry["slowest_seconds"] for kind, entry in abuse.items()
-                if kind not in ("slowloris", "stop_reading", "disconnect")}
+    answered = {kind: entry["slowest_seconds"] for kind, entry in abuse.items() if kind not in HELD_KINDS}
+    slow_ended = abuse.get("slow_readers", {}).get("ended", {})
     report["targets"] = {
         "well_behaved_failed": {"target": 0, "value": report["quiet"]["failed"] + report["abused"]["failed"]},
         "ttfa_p95_ratio": {"target": "<= 1.5", "median": report["ttfa_p95_abused_over_quiet"]["median"]},
         "memory_growth": {"target": "<= 0.10", "value": round(growth, 3)},
         "abuse_answered_within_2s": {"target": "<= 2.0", "slowest": answered},
+        "abuse_statuses": {"target": EXPECTED_STATUS,
+                           "statuses": {kind: abuse.get(kind, {}).get("statuses") for kind in EXPECTED_STATUS}},
+        "unsent_bytes_peak": {"target": f"<= max_unsent_bytes ({limits['max_unsent_bytes']})",
+                              "value": watch.unsent_bytes_peak},
+        "slow_readers_ended_by_server": {"target": "cut or reset, none given up by the client",
+                                         "ended": slow_ended},
+        "idle_connections_closed_by_server": {  # a wave still open when its phase ended is left out
+            "target": f"every socket, after about header_timeout ({limits['header_timeout']} s)",
+            "waves": [wave for wave in abuse.get("idle_connections", {}).get("waves", [])
+                      if not wave.get("ended_by_phase")]},
         "health_failures": {"target": 0, "value": watch.health_failures},
         "vocoded_after_cancel": {"target": "<= vocoder threads per departure",
                                  "value": health_at_end.get("pieces_vocoded_after_cancel"),
                                  "departures": sum(abuse.get(k, {}).get("attempts", 0)
-                                                   for k in ("disconnect", "stop_reading", "burst"))},
+                                                   for k in ("disconnect", "stop_reading", "burst", "slow_readers"))},
+        "flood_excess_503_within_2s": {"target": "every probe 503, <= 2.0", "statuses": flood["statuses"],
+                                       "slowest": flood["slowest_seconds"]},
+        "health_non_200_within_1s_of_failure": {"target": "<= 1.0",
+                                                "value": failure["health_non_200_after_seconds"]},
+        "after_failure_503_within_2s": {"target": "503, <= 2.0", **failure["after_failure"]},
+        "failure_traceback_in_log": {"target": True, "value": failure["traceback_in_log"]},
     }
     write_report(report, args.json)
     print(f"server log: {log_path}", file=sys.stderr)
