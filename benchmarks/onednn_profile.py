@@ -103,7 +103,7 @@ def _child(args) -> None:
     # the same signature with every dim None but the mel channels: one generic graph for every shape
     generic = {key: tf.TensorSpec([None] * (spec.shape.rank - 1) + [spec.shape[-1]] if key.endswith("mel")
                                   else [None] * spec.shape.rank, spec.dtype) for key, spec in specs[0].items()}
-    dynamic = tf.function(steps._train_graph, input_signature=[generic])
+    dynamic = tf.function(steps.train_graph, input_signature=[generic])
     batches = {shape: synthetic_batch(*shape, REFERENCE_FRAMES, vocab_size=VOCABULARY, seed=i)
                for i, shape in enumerate(SHAPES)}
     functions = {"static": lambda b: steps.train_functions[shape_key(b)](b), "dynamic": dynamic}

@@ -97,7 +97,7 @@ class _ModeRunner:
         self.warmup: dict[str, Any] = {}
         started = time.perf_counter()
         if key in NAIVE_OPTIONS:
-            function = tf.function(steps._train_graph, **NAIVE_OPTIONS[key])
+            function = tf.function(steps.train_graph, **NAIVE_OPTIONS[key])
             r = cfg.model.reduction_factor
             self.transform = lambda batch: _strip_to_batch_max(batch, r)
             self.count = function.experimental_get_tracing_count
@@ -105,7 +105,7 @@ class _ModeRunner:
             def cycle(batches: list[dict]) -> dict:
                 if self.accumulation == 1:
                     return function(batches[0])
-                normalizers = add_normalizers([steps._normalizers(b) for b in batches])
+                normalizers = add_normalizers([steps.batch_normalizers(b) for b in batches])
                 return [function(b, normalizers) for b in batches][-1]
             self.cycle = cycle
         else:

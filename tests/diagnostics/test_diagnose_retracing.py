@@ -106,9 +106,9 @@ def test_step_retracing_after_warmup_names_function_path_and_cause(prepared_cach
             if isinstance(getattr(self, "signatures", None), dict):  # warm-up runs each step on a batch of its spec
                 self.signatures[key] = self.train_signatures[key] = spec
             label = f"bucket {index}: {describe_key(key)}"
-            function = tf.function(lambda batch, step: self._train_graph(batch), autograph=False)  # as myxtts
+            function = tf.function(lambda batch, step: self.train_graph(batch), autograph=False)  # as myxtts
             self.train_functions[key] = PythonStepArgument(self, wrap(function, f"train_step[{label}]"), spec)
-            validate = tf.function(self._validate_graph, input_signature=[spec],  # myxtts: noqa (one per bucket)
+            validate = tf.function(self.validate_graph, input_signature=[spec],  # myxtts: noqa (one per bucket)
                                    autograph=False)
             self.validate_functions[key] = wrap(validate, f"validate_step[{label}]")
 

@@ -12,13 +12,16 @@ if the training fails, removed once it stands). Any other folder is refused befo
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import click
 import numpy as np
 
 from myxtts.cli.common import config_option, load, override_option, vocoder_option
 from myxtts.cli.failures import clean_errors
+from myxtts.config import Config
 from myxtts.errors import InputError
 from myxtts.run_dir import RunDir
 
@@ -37,6 +40,30 @@ def _batching_report(cfg) -> dict:
     report = cache_stats(cfg)
     click.echo(format_stats(report))
     return report
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoSetup:
+    """What the checks before stage 1 settled: the config, the run, whether it is new or replaced, the vocoder."""
+
+    cfg: Config
+    run_dir: Path  # resolved
+    new: bool  # the workdir was new or empty (marked as the demo's when it trains)
+    replacing: bool  # --fresh over a run with a checkpoint: that run is set aside while this one trains
+    vocoder: Any  # the named vocoder, loaded (None: the run's own, else Griffin-Lim)
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoSynthesis:
+    """Stage 4's results: the synthesizer, the sentences listened to, the wav, the checks of what was heard."""
+
+    synthesizer: Any  # myxtts.synthesis.Synthesizer of the run
+    said_vocoder: str  # the vocoder, as the output names it
+    sentences: list[tuple[str, Path]]  # (text, wav path) of the training sentences listened to
+    reference: Path  # the reference voice: a training clip that is none of the sentences
+    held_out: list[tuple[str, Path]]  # the validation sentence listened to (never trained on), if any
+    wav_path: Path
+    check: Any  # myxtts.evaluation.speech_check's result over --text, the sentences and the held-out one
 
 
 @click.command("demo")
@@ -58,11 +85,30 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
                  fresh: bool, listen_sentences: int, vocoder_path: str | None) -> None:
     """Prepare the corpus, train briefly, synthesize a wav and print the diagnostics summary.
 
-    One function on purpose: the five stages read top to bottom in the order the README describes them, each a few
-    calls; the work is in the helpers below."""
-    from myxtts.data.prepare import prepare
+    The five stages read top to bottom in the order the README describes them, each a function below."""
+    setup = _check_setup(config_path, overrides, workdir, steps, fresh, vocoder_path)
+
+    _stage("1/5 prepare the corpus")
+    _prepare(setup.cfg)
+
+    _stage("2/5 batching: fixed padding vs length buckets")
+    report = _batching_report(setup.cfg)
+
+    _stage("3/5 train")
+    train_summary = _train(setup, fresh)
+
+    _stage("4/5 synthesize")
+    synthesis = _synthesize(setup, text, listen_sentences, vocoder_path)
+
+    _stage("5/5 diagnostics summary")
+    click.echo("\n".join(_diagnostics_lines(setup, report, train_summary, synthesis)))
+
+
+def _check_setup(config_path: str, overrides: tuple[str, ...], workdir: str, steps: int | None, fresh: bool,
+                 vocoder_path: str | None) -> DemoSetup:
+    """The config, and every refusal that can come before the corpus is prepared (workdir, --fresh, vocoder)."""
     from myxtts.outputs import RUN, check_replaceable_run, check_workdir
-    from myxtts.vocoder.neural import GRIFFIN_LIM, load_vocoder, vocoder_name
+    from myxtts.vocoder.neural import load_vocoder
 
     if steps is not None:
         overrides = (*overrides, f"training.max_steps={steps}")
@@ -75,26 +121,33 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     # a named vocoder is read now, so a mismatched one is refused before training, not after; None: the run's own,
     # which the warm start from the shipped base gives it (the shipped vocoder), else Griffin-Lim
     vocoder = None if vocoder_path is None else load_vocoder(vocoder_path, cfg.audio, f"the config {config_path}")
+    return DemoSetup(cfg=cfg, run_dir=run_dir, new=new, replacing=replacing, vocoder=vocoder)
 
-    _stage("1/5 prepare the corpus")
+
+def _prepare(cfg: Config) -> None:
+    """Stage 1: the validated cache (incremental: an up-to-date one is said so and kept)."""
+    from myxtts.data.prepare import prepare
+
     result = prepare(cfg, progress=True, echo=click.echo)
     click.echo(result.summary())
 
-    _stage("2/5 batching: fixed padding vs length buckets")
-    report = _batching_report(cfg)
 
-    _stage("3/5 train")
+def _train(setup: DemoSetup, fresh: bool) -> dict[str, Any]:
+    """Stage 3: train (or resume) the demo's run; with --fresh the earlier run is set aside meanwhile, put back if
+    the training fails, discarded once it stands. A Ctrl-C ends the command here, its checkpoint saved."""
+    from myxtts.outputs import RUN
     from myxtts.training import run
 
+    run_dir = setup.run_dir
     has_checkpoint = RunDir(run_dir).has_checkpoint()
-    earlier = _set_earlier_run_aside(run_dir) if replacing else None
-    if new or earlier is not None:
+    earlier = _set_earlier_run_aside(run_dir) if setup.replacing else None
+    if setup.new or earlier is not None:
         from myxtts.outputs import write_marker
 
         run_dir.mkdir(parents=True, exist_ok=True)
         write_marker(run_dir, "demo", RUN)
     try:
-        train_summary = run(cfg, run_dir, resume=has_checkpoint and not fresh, stop_on_signals=True)
+        train_summary = run(setup.cfg, run_dir, resume=has_checkpoint and not fresh, stop_on_signals=True)
     except BaseException:
         if earlier is not None:  # the new run failed: the earlier one comes back as it was
             from myxtts.outputs import put_back
@@ -110,24 +163,31 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
         from myxtts.training.interrupt import die_by
         click.echo("demo stopped; run the same command again to resume the training from its checkpoint")
         die_by(train_summary["interrupted_by"])
+    return train_summary
 
-    _stage("4/5 synthesize")
+
+def _synthesize(setup: DemoSetup, text: str, listen_sentences: int, vocoder_path: str | None) -> DemoSynthesis:
+    """Stage 4: --text in the voice of a training clip, written as the run's demo wav; then the listening checks
+    on it, on training sentences (next to their recordings) and on a held-out one."""
     from myxtts.synthesis import Synthesizer
     from myxtts.vocoder import write_wav
+    from myxtts.vocoder.neural import GRIFFIN_LIM, vocoder_name
+
+    cfg, run_dir = setup.cfg, setup.run_dir
     said_vocoder = None
     if vocoder_path not in (None, GRIFFIN_LIM):  # the run's own from now on: `synthesize --run RUN` uses it too
         from myxtts.vocoder.packing import install_own_vocoder
         install_own_vocoder(vocoder_path, run_dir)
         said_vocoder = f"{vocoder_path} (installed as {RunDir(run_dir).own_vocoder})"
     # a short demo run's duration predictor may ask for more frames than the largest bucket: cut, not an error
-    synthesizer = Synthesizer.from_run(run_dir, truncate_long=True, vocoder=vocoder)
+    synthesizer = Synthesizer.from_run(run_dir, truncate_long=True, vocoder=setup.vocoder)
     said_vocoder = said_vocoder or vocoder_name(synthesizer.vocoder, vocoder_path)
     sentences = _sentences(cfg, "train", listen_sentences + 1)
     # the reference voice: a training clip that is not one of the sentences listened to
     reference = sentences.pop()[1] if sentences else None
     if reference is None:
         raise InputError("The demo needs at least one prepared training clip as the reference voice.")
-    waveform = synthesizer.synthesize(text, reference, batch_size=1)[0].waveform
+    waveform = synthesizer.synthesize(text, reference, batch_size=1)[0].waveform  # [samples]
     wav_path = RunDir(run_dir).demo_wav
     write_wav(wav_path, waveform, cfg.audio.sample_rate, made_by="demo")
     click.echo(f"text: {text!r}")
@@ -136,12 +196,18 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
     click.echo(f"wrote {wav_path} ({len(waveform) / cfg.audio.sample_rate:.2f} s)")
     held_out = _sentences(cfg, "validation", 1)  # never trained on
     check = _listen(cfg, synthesizer, text, sentences + held_out, reference, run_dir)
-    held_out_cer = check.sentences[-1].cer if held_out else None
+    return DemoSynthesis(synthesizer=synthesizer, said_vocoder=said_vocoder, sentences=sentences, reference=reference,
+                         held_out=held_out, wav_path=wav_path, check=check)
 
-    _stage("5/5 diagnostics summary")
+
+def _diagnostics_lines(setup: DemoSetup, report: dict, train_summary: dict[str, Any],
+                       synthesis: DemoSynthesis) -> list[str]:
+    """Stage 5: one line per figure of the batching report, the training and the listening."""
     fill = report["buckets"]["fill"]
     fixed = report["fixed"]["fill"]
-    lines = [
+    check, held_out = synthesis.check, synthesis.held_out
+    held_out_cer = check.sentences[-1].cer if held_out else None
+    return [
         f"traces at warm-up:          {train_summary.get('warmup_traces')}",
         f"retraces after warm-up:     {train_summary.get('retraces_after_warmup')}",
         f"batch shapes:               {fill['num_shapes']} (fixed padding: {fixed['num_shapes']})",
@@ -152,18 +218,18 @@ def demo_command(config_path: str, overrides: tuple[str, ...], workdir: str, ste
         "loss first -> last:         " + (
             f"{train_summary['loss_first']:.3f} -> {train_summary['loss_last']:.3f}"
             if train_summary.get("loss_first") is not None else "no step this run (resumed at training.max_steps)"),
-        _alignment_line(synthesizer, check),
+        _alignment_line(synthesis.synthesizer, check),
         _cer_line(check, len(held_out)),
         _wer_line(check, len(held_out)),
         f"CER of a held-out sentence: {held_out_cer:.2f} (never trained on)" if held_out_cer is not None else
         "CER of a held-out sentence: not measured (no validation clip, or no recognizer)",
-        _similarity_line(cfg, check.waveforms, [path for _, path in sentences] + [reference]),
+        _similarity_line(setup.cfg, check.waveforms,
+                         [path for _, path in synthesis.sentences] + [synthesis.reference]),
         f"alignment plot:             {check.sentences[0].plot}",
-        f"vocoder:                    {said_vocoder}",
-        f"wav:                        {wav_path}",
-        f"TensorBoard:                tensorboard --logdir {RunDir(run_dir).tensorboard}",
+        f"vocoder:                    {synthesis.said_vocoder}",
+        f"wav:                        {synthesis.wav_path}",
+        f"TensorBoard:                tensorboard --logdir {RunDir(setup.run_dir).tensorboard}",
     ]
-    click.echo("\n".join(lines))
 
 
 def _set_earlier_run_aside(run_dir: Path) -> Path:

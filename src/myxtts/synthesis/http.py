@@ -176,19 +176,9 @@ def _response_class():
     return AudioResponse
 
 
-def create_app(engine: SpeechEngine, allowed_hosts: tuple[str, ...] | None = None) -> Any:
-    """The FastAPI application: ``POST /v1/audio/speech`` and ``GET /health`` over ``engine``, behind
-    ``SameOriginGuard`` with ``allowed_hosts`` (None: any Host, cross-site Origins still refused).
-
-    The routes, the request body model and the error handlers are closures over the engine and its limits, as
-    FastAPI applications are written, so they live in this one function; the streaming is ``speech_stream``'s."""
-    from fastapi import FastAPI, Request
-    from pydantic import BaseModel, ConfigDict, ValidationError
-    from starlette.concurrency import run_in_threadpool
-    from starlette.requests import ClientDisconnect
-
-    limits = engine.limits
-    audio_response = _response_class()
+def _speech_body_class() -> type:
+    """The speech endpoint's request body (a pydantic model: the ``serve`` extra's, imported on first use)."""
+    from pydantic import BaseModel, ConfigDict
 
     class SpeechBody(BaseModel):
         model_config = ConfigDict(extra="ignore")  # OpenAI clients also send e.g. "model"
@@ -197,80 +187,113 @@ def create_app(engine: SpeechEngine, allowed_hosts: tuple[str, ...] | None = Non
         response_format: str = "wav"
         speed: float = 1.0
 
+    return SpeechBody
+
+
+def _health(engine: SpeechEngine) -> Any:
+    """``GET /health``: the engine's figures and limits; 503 once its thread has died."""
+    healthy, failure = engine.health()
+    limits = engine.limits
+    if not healthy:  # a dead engine thread: a load balancer must stop sending requests here
+        from fastapi.responses import JSONResponse
+
+        return JSONResponse(status_code=503, content={"status": "failed", "error": failure,
+                                                      "voices": sorted(engine.voices)})
+    return {"status": "ok", "voices": sorted(engine.voices), "sample_rate": engine.synthesizer.sample_rate,
+            "batch_size": engine.batch_size, "batches_by_size": engine.batches_by_size(),
+            "compiles_after_warmup": engine.compiles_after_warmup(),
+            "queued_pieces": engine.queued(), "backlog": engine.backlog(), "pieces_served": engine.served,
+            "pieces_dropped": engine.dropped, "pieces_vocoded_after_cancel": engine.vocoded_after_cancel,
+            "pieces_cut": engine.cut, "requests_timed_out": engine.timed_out,
+            "max_characters": limits.max_characters, "limits": limits.as_dict()}
+
+
+def _too_large(limits: Any, size: str) -> Any:
+    """413 for a body of ``size`` bytes (a number, or "over N" when it was cut off while reading)."""
+    # the unread rest of the body makes the connection unusable: close it after the answer
+    return _error(413, f"The request body is {size} bytes, more than this server's limit of "
+                       f"{limits.max_body_bytes}.", code="request_too_large", headers={"Connection": "close"})
+
+
+async def _parse(request: Any, limits: Any, speech_body: type) -> Any:
+    """The body as a ``speech_body`` (``_speech_body_class``), or the error response that refuses it."""
+    from pydantic import ValidationError
+    from starlette.requests import ClientDisconnect
+
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limits.max_body_bytes:
+        return _too_large(limits, declared)
+    try:
+        raw = await asyncio.wait_for(_read_body(request, limits.max_body_bytes), limits.body_timeout)
+    except BodyTooLarge as err:
+        return _too_large(limits, f"over {err.args[0]}")
+    except ClientDisconnect:  # gone before its body arrived: the answer is for the log only
+        return _error(400, "The client left before its request body arrived.")
+    except asyncio.TimeoutError:
+        return _error(408, f"The request body did not arrive within {limits.body_timeout} s.", code="timeout",
+                      headers={"Connection": "close"})
+    try:
+        return speech_body.model_validate_json(raw)
+    except ValidationError as err:
+        first = err.errors()[0] if err.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ())) or None
+        return _error(400, f"Invalid request body: {first.get('msg', 'malformed JSON')}"
+                           + (f" (field {where!r})" if where else ""), where)
+
+
+async def _speech(engine: SpeechEngine, request: Any, speech_body: type, audio_response: type) -> Any:
+    """``POST /v1/audio/speech``: the body checked, the text work in a worker thread while the client is watched,
+    then the audio streamed (``audio_response``: ``_response_class``), or the error response that refuses it."""
+    from starlette.concurrency import run_in_threadpool
+
+    limits = engine.limits
+    body = await _parse(request, limits, speech_body)
+    if not isinstance(body, speech_body):
+        return body
+    if body.response_format not in FORMATS:
+        return _error(400, f"response_format {body.response_format!r} is not supported; use one of "
+                           f"{sorted(FORMATS)}.", "response_format")
+    left = threading.Event()  # set once the client has gone: the text work stops at its next front-end pass
+    work = asyncio.ensure_future(run_in_threadpool(engine.submit, body.input, body.voice, body.speed, left.is_set))
+    watcher = asyncio.ensure_future(_wait_for_disconnect(request.receive))
+    await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    watcher.cancel()
+    if watcher.done() and not watcher.cancelled():
+        left.set()
+    try:
+        stream = await work
+    except EngineBusyError as err:
+        return _error(429, str(err), kind="requests", code="rate_limit_exceeded",
+                      headers={"Retry-After": str(err.retry_after)})
+    except SpeechRequestError as err:
+        return _error(err.status, str(err), err.param)
+    if left.is_set():  # the work ended just as the client went: nobody takes the audio
+        stream.cancel()
+        return _error(400, "The client left before its audio started.")
+    rate, request_id = engine.synthesizer.sample_rate, f"req_{uuid.uuid4().hex[:24]}"
+    headers = {"X-Sample-Rate": str(rate), "X-Pieces": str(len(stream.pieces)), "X-Request-Id": request_id}
+    prefix = wav_header(rate) if body.response_format == "wav" else b""
+    return audio_response(stream, FORMATS[body.response_format], headers, prefix, limits.send_timeout, request_id)
+
+
+def create_app(engine: SpeechEngine, allowed_hosts: tuple[str, ...] | None = None) -> Any:
+    """The FastAPI application: ``POST /v1/audio/speech`` and ``GET /health`` over ``engine``, behind
+    ``SameOriginGuard`` with ``allowed_hosts`` (None: any Host, cross-site Origins still refused).
+
+    The routes are closures over the engine that hand the request to the module's ``_speech`` / ``_health``; the
+    streaming is ``speech_stream``'s."""
+    from fastapi import FastAPI, Request
+
+    speech_body, audio_response = _speech_body_class(), _response_class()
     app = FastAPI(title="myxtts", docs_url=None, redoc_url=None)
 
     @app.get("/health")
     async def health():
-        healthy, failure = engine.health()
-        if not healthy:  # a dead engine thread: a load balancer must stop sending requests here
-            from fastapi.responses import JSONResponse
-
-            return JSONResponse(status_code=503, content={"status": "failed", "error": failure,
-                                                          "voices": sorted(engine.voices)})
-        return {"status": "ok", "voices": sorted(engine.voices), "sample_rate": engine.synthesizer.sample_rate,
-                "batch_size": engine.batch_size, "batches_by_size": engine.batches_by_size(),
-                "compiles_after_warmup": engine.compiles_after_warmup(),
-                "queued_pieces": engine.queued(), "backlog": engine.backlog(), "pieces_served": engine.served,
-                "pieces_dropped": engine.dropped, "pieces_vocoded_after_cancel": engine.vocoded_after_cancel,
-                "pieces_cut": engine.cut, "requests_timed_out": engine.timed_out,
-                "max_characters": limits.max_characters, "limits": limits.as_dict()}
-
-    def too_large(size: str) -> Any:
-        # the unread rest of the body makes the connection unusable: close it after the answer
-        return _error(413, f"The request body is {size} bytes, more than this server's limit of "
-                           f"{limits.max_body_bytes}.", code="request_too_large", headers={"Connection": "close"})
-
-    async def parse(request: Request) -> Any:
-        """The body as a ``SpeechBody``, or the error response that refuses it."""
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limits.max_body_bytes:
-            return too_large(declared)
-        try:
-            raw = await asyncio.wait_for(_read_body(request, limits.max_body_bytes), limits.body_timeout)
-        except BodyTooLarge as err:
-            return too_large(f"over {err.args[0]}")
-        except ClientDisconnect:  # gone before its body arrived: the answer is for the log only
-            return _error(400, "The client left before its request body arrived.")
-        except asyncio.TimeoutError:
-            return _error(408, f"The request body did not arrive within {limits.body_timeout} s.", code="timeout",
-                          headers={"Connection": "close"})
-        try:
-            return SpeechBody.model_validate_json(raw)
-        except ValidationError as err:
-            first = err.errors()[0] if err.errors() else {}
-            where = ".".join(str(part) for part in first.get("loc", ())) or None
-            return _error(400, f"Invalid request body: {first.get('msg', 'malformed JSON')}"
-                               + (f" (field {where!r})" if where else ""), where)
+        return _health(engine)
 
     @app.post("/v1/audio/speech")
-    async def speech(request: Request):
-        body = await parse(request)
-        if not isinstance(body, SpeechBody):
-            return body
-        if body.response_format not in FORMATS:
-            return _error(400, f"response_format {body.response_format!r} is not supported; use one of "
-                               f"{sorted(FORMATS)}.", "response_format")
-        left = threading.Event()  # set once the client has gone: the text work stops at its next front-end pass
-        work = asyncio.ensure_future(run_in_threadpool(engine.submit, body.input, body.voice, body.speed, left.is_set))
-        watcher = asyncio.ensure_future(_wait_for_disconnect(request.receive))
-        await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        watcher.cancel()
-        if watcher.done() and not watcher.cancelled():
-            left.set()
-        try:
-            stream = await work
-        except EngineBusyError as err:
-            return _error(429, str(err), kind="requests", code="rate_limit_exceeded",
-                          headers={"Retry-After": str(err.retry_after)})
-        except SpeechRequestError as err:
-            return _error(err.status, str(err), err.param)
-        if left.is_set():  # the work ended just as the client went: nobody takes the audio
-            stream.cancel()
-            return _error(400, "The client left before its audio started.")
-        rate, request_id = engine.synthesizer.sample_rate, f"req_{uuid.uuid4().hex[:24]}"
-        headers = {"X-Sample-Rate": str(rate), "X-Pieces": str(len(stream.pieces)), "X-Request-Id": request_id}
-        prefix = wav_header(rate) if body.response_format == "wav" else b""
-        return audio_response(stream, FORMATS[body.response_format], headers, prefix, limits.send_timeout, request_id)
+    async def speech(request: Request):  # a live annotation: FastAPI passes the request by it
+        return await _speech(engine, request, speech_body, audio_response)
 
     return SameOriginGuard(app, allowed_hosts)
 

@@ -11,40 +11,17 @@ from typing import Any, Iterator
 
 
 class StagedRun:
-    """Subclasses define the six ``stage_*`` methods and append the locks they take to ``self.locks``. The acoustic
-    ``Trainer`` has its own ``run()``, passing each stage's result to the next; ``release_locks`` is the same."""
+    """What both trainers share around their stages: subclasses append the locks they take to ``self.locks``, and
+    their own ``run()`` (config, data, model, checkpoint, compile, loop, each stage taking what the ones before it
+    returned) calls ``release_locks`` however it ends."""
 
     locks: list[Any]
-
-    def run(self) -> dict[str, Any]:
-        try:
-            self.stage_config()
-            self.stage_data()
-            self.stage_model()
-            self.stage_checkpoint()
-            self.stage_compile()
-            return self.stage_loop()
-        finally:
-            self.release_locks()
 
     def release_locks(self) -> None:
         """The run directory's and the cache's locks (the kernel drops them too if the process dies)."""
         for lock in self.locks:
             lock.release()
         self.locks.clear()
-
-    def stage_config(self) -> None: ...
-
-    def stage_data(self) -> None: ...
-
-    def stage_model(self) -> None: ...
-
-    def stage_checkpoint(self) -> None: ...
-
-    def stage_compile(self) -> None: ...
-
-    def stage_loop(self) -> dict[str, Any]:
-        raise NotImplementedError
 
 
 class StopReason(enum.Enum):

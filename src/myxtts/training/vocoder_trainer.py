@@ -1,5 +1,7 @@
 """The vocoder trainer (``myxtts train-vocoder``): a GAN in named stages (config, data, model, checkpoint, compile,
-loop).
+loop). Each stage returns what the stages after it need (``VocoderData``, ``BuiltVocoder``, ``RestoredVocoder``,
+``CompiledVocoder``), so ``VocoderTrainer.run`` reads top to bottom; the loop is the shared skeleton
+(training/loop.py) with the vocoder's step and periodic actions (training/vocoder_loop.py).
 
 Every batch is one static shape (fixed-length segments, ``myxtts.data.vocoder_segments``), so each of the two steps
 (``training.vocoder_steps``: the generator alone for the first ``vocoder.adversarial_start_step`` steps, then the
@@ -15,6 +17,7 @@ the data iterator.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -28,7 +31,6 @@ import tensorflow as tf
 from myxtts.config import Config, TrainingConfig, save_config
 from myxtts.data.vocoder_segments import VocoderSegments, validation_clips
 from myxtts.diagnostics.tf_warning import expected_traces
-from myxtts.errors import InputError
 from myxtts.locks import DirectoryBusyError, lock_cache_for_reading, lock_run_directory
 from myxtts.outputs import (VOCODER_RUN, OutputRefused, check_outside_acoustic_run, check_workdir, read_marker,
                             write_marker)
@@ -36,9 +38,10 @@ from myxtts.run_dir import RunDir
 from myxtts.training.acoustic_mels import write_acoustic_mels
 from myxtts.training.checkpoint import Checkpoints
 from myxtts.training.interrupt import StopOnSignals
-from myxtts.training.loop import LoopActions, LoopState, run_loop, save_checkpoint
-from myxtts.training.reporting import MetricsLog, TraceAccounting
+from myxtts.training.loop import LoopState, run_loop
+from myxtts.training.reporting import TraceAccounting
 from myxtts.training.stages import StagedRun, StopReason
+from myxtts.training.vocoder_loop import GanActions, VocoderTrainingError
 from myxtts.training.vocoder_steps import GanSteps
 from myxtts.vocoder.discriminators import build_discriminators
 from myxtts.vocoder.generators import build_generator
@@ -50,10 +53,8 @@ logger = logging.getLogger(__name__)
 # training keys only the acoustic trainer reads: set in a vocoder config, they would do nothing
 ACOUSTIC_ONLY_TRAINING_KEYS = ("gradient_accumulation_steps", "steps_per_execution", "enable_xla_compilation",
                                "listen_sentences", "distribution", "init_mel_stats", "freeze")
-
-
-class VocoderTrainingError(InputError):
-    """A vocoder run cannot start or go on (bad keys, a run directory in the way, non-finite steps)."""
+# the two compiled steps (training.vocoder_steps), each traced once; the loop runs "<phase>_step" (vocoder_loop.py)
+STEP_NAMES = ("reconstruction_step", "adversarial_step")
 
 
 def check_vocoder_keys(cfg: Config) -> None:
@@ -68,7 +69,52 @@ def check_vocoder_keys(cfg: Config) -> None:
                                    "discriminators compute in bfloat16) or 'float32'.")
 
 
+# ---- what each stage returns: what the stages after it need ---------------------------------------
+@dataclasses.dataclass(frozen=True)
+class VocoderData:
+    """``stage_data``: the training segments, their batch signature, the validation clips, the data iterator."""
+
+    segments: VocoderSegments
+    signature: dict[str, tf.TensorSpec]  # {"mel" [batch, frames, n_mels], "audio" [batch, samples]}: both steps'
+    validation: list[dict[str, Any]]  # whole clips ({"id", "mel", "audio"}) resynthesised at each validation
+    iterator: Any  # checkpointed with the model (its position and shuffle state)
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltVocoder:
+    """``stage_model``: the generator, the discriminators, their optimizers' and steps' owner, the step counter."""
+
+    generator: keras.Model
+    discriminators: keras.Model
+    steps: GanSteps
+    step: tf.Variable  # [] int64 optimizer steps done: checkpointed
+    parameters: dict[str, int]  # "generator" / "discriminators" -> parameter count
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoredVocoder:
+    """``stage_checkpoint``: the checkpoints, the training time so far, where the weights came from."""
+
+    checkpoints: Checkpoints
+    trained_seconds: tf.Variable  # checkpointed: training.max_minutes counts every run a resume continues
+    restored_from: str | None  # the checkpoint a resume continues
+    init_source: dict[str, Any] | None  # the warm start's record (a new run started from another vocoder)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledVocoder:
+    """``stage_compile``: the trace accounting, the compiled steps and generator, the warm-up's timings."""
+
+    traces: TraceAccounting
+    functions: dict[str, Callable[[dict], dict[str, tf.Tensor]]]  # "<phase>_step" -> compiled (or eager) step
+    generate: Callable[[tf.Tensor], tf.Tensor]  # [1, frames, n_mels] log mel -> [1, (frames - 1) * hop] audio
+    warmup: dict[str, float]  # seconds per function traced and run at warm-up
+    warmup_total: float
+
+
 class VocoderTrainer(StagedRun):
+    """``run()`` reads top to bottom: each stage takes what the stages before it returned."""
+
     def __init__(self, cfg: Config, workdir: str | Path, resume: bool = False, *, init_from: str | Path | None = None,
                  acoustic_run: str | Path | None = None, progress: bool = True, echo: Callable[[str], None] = print,
                  stop_on_signals: bool = False) -> None:
@@ -76,12 +122,24 @@ class VocoderTrainer(StagedRun):
         this run; ``acoustic_run``: train on that acoustic model's teacher-forced mels of the cache's clips
         (``training.acoustic_mels``) instead of the recordings' mels."""
         self.cfg, self.workdir, self.resume = cfg, Path(workdir), resume
-        self.init_from, self.acoustic_run, self.mel_dir = init_from, acoustic_run, None
+        self.init_from, self.acoustic_run = init_from, acoustic_run
         self.progress, self.echo, self.stop_on_signals = progress, echo, stop_on_signals
-        self.locks: list[Any] = []
+        self.locks: list[Any] = []  # released by run(), however it ends
+
+    def run(self) -> dict[str, Any]:
+        try:
+            self.stage_config()
+            data = self.stage_data()
+            built = self.stage_model(data)
+            restored = self.stage_checkpoint(data, built)
+            compiled = self.stage_compile(data, built)
+            return self.stage_loop(data, built, restored, compiled)
+        finally:
+            self.release_locks()
 
     # ---- stages ------------------------------------------------------------------------------------
     def stage_config(self) -> None:
+        """The checks, the seeds and the run directory's lock: nothing the stages after it take."""
         check_vocoder_keys(self.cfg)
         if self.acoustic_run is not None:  # RUN/vocoder is where the trained generator is installed
             check_outside_acoustic_run(self.workdir, self.acoustic_run)
@@ -109,178 +167,130 @@ class VocoderTrainer(StagedRun):
             except VocoderError as err:
                 raise VocoderTrainingError(str(err)) from None
 
-    def stage_data(self) -> None:
+    def stage_data(self) -> VocoderData:
+        # held while training: prepare cannot rewrite the cache under it
         self.locks.append(lock_cache_for_reading(self.cfg.cache_dir, self.echo))
+        mel_dir = None  # None: the recordings' mels of the cache
         if self.acoustic_run is not None:
-            self.mel_dir = write_acoustic_mels(self.cfg, self.acoustic_run, RunDir(self.workdir).acoustic_mels,
-                                               self.progress, self.echo)
-        self.segments = VocoderSegments(self.cfg, "train", mel_dir=self.mel_dir)
-        self.signature = self.segments.signature()
-        self.validation = validation_clips(self.cfg, mel_dir=self.mel_dir)
-        self.iterator = iter(self.segments.dataset())
-        self.echo(f"vocoder data: {len(self.segments)} train clips ({len(self.segments.skipped)} shorter than one "
-                  f"segment, skipped), segments of {self.segments.segment_samples} samples, batch "
-                  f"{self.segments.batch_size}; {len(self.validation)} validation clips")
+            mel_dir = write_acoustic_mels(self.cfg, self.acoustic_run, RunDir(self.workdir).acoustic_mels,
+                                          self.progress, self.echo)
+        segments = VocoderSegments(self.cfg, "train", mel_dir=mel_dir)
+        data = VocoderData(segments=segments, signature=segments.signature(),
+                           validation=validation_clips(self.cfg, mel_dir=mel_dir), iterator=iter(segments.dataset()))
+        self.echo(f"vocoder data: {len(segments)} train clips ({len(segments.skipped)} shorter than one "
+                  f"segment, skipped), segments of {segments.segment_samples} samples, batch "
+                  f"{segments.batch_size}; {len(data.validation)} validation clips")
+        return data
 
-    def stage_model(self) -> None:
-        self.generator = build_generator(self.cfg)
-        self.discriminators = build_discriminators(self.cfg)
-        stats = self.segments.cache.mel_stats
-        self.generator.set_mel_statistics(stats.mean, stats.std)  # a warm start keeps its source's (stage_checkpoint)
-        self.steps = GanSteps(self.cfg, self.generator, self.discriminators)
-        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-        self.parameters = {"generator": int(self.generator.count_params()),
-                           "discriminators": int(self.discriminators.count_params())}
+    def stage_model(self, data: VocoderData) -> BuiltVocoder:
+        generator = build_generator(self.cfg)
+        discriminators = build_discriminators(self.cfg)
+        stats = data.segments.cache.mel_stats
+        generator.set_mel_statistics(stats.mean, stats.std)  # a warm start keeps its source's (stage_checkpoint)
+        return BuiltVocoder(generator=generator, discriminators=discriminators,
+                            steps=GanSteps(self.cfg, generator, discriminators),
+                            step=tf.Variable(0, dtype=tf.int64, trainable=False, name="step"),
+                            parameters={"generator": int(generator.count_params()),
+                                        "discriminators": int(discriminators.count_params())})
 
-    def stage_checkpoint(self) -> None:
-        directory = RunDir(self.workdir).checkpoints
-        self.trained_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="trained_seconds")
-        self.checkpoints = Checkpoints(
-            directory, self.cfg.training.keep_checkpoints, step=self.step, iterator=self.iterator,
-            trained_seconds=self.trained_seconds, **self.steps.checkpoint_objects())
-        self.restored_from = self.checkpoints.restore_latest() if self.resume else None
-        self.init_source = None
-        if self.init_from is not None and self.restored_from is None:
-            self.init_source = restore_generator(self.init_from, self.cfg, self.generator, self.discriminators)
-            with_discriminators = " and discriminators" if self.init_source["discriminators"] else ""
+    def stage_checkpoint(self, data: VocoderData, built: BuiltVocoder) -> RestoredVocoder:
+        # checkpointed, so training.max_minutes counts the training time of every run a resume continues
+        trained_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="trained_seconds")
+        checkpoints = Checkpoints(
+            RunDir(self.workdir).checkpoints, self.cfg.training.keep_checkpoints, step=built.step,
+            iterator=data.iterator, trained_seconds=trained_seconds, **built.steps.checkpoint_objects())
+        restored_from = checkpoints.restore_latest() if self.resume else None
+        init_source = None
+        if self.init_from is not None and restored_from is None:  # a resumed run has its own weights
+            init_source = restore_generator(self.init_from, self.cfg, built.generator, built.discriminators)
+            with_discriminators = " and discriminators" if init_source["discriminators"] else ""
             self.echo(f"vocoder warm start: generator{with_discriminators}"
-                      f" from {self.init_source['checkpoint']}")
+                      f" from {init_source['checkpoint']}")
         save_config(self.cfg, RunDir(self.workdir).config)  # the run directory has accepted this config
-        write_vocoder_json(self.workdir, self.cfg, self.generator, trained_on=str(self.cfg.cache_dir),
-                           init_from=self.init_source["checkpoint"] if self.init_source else None,
+        write_vocoder_json(self.workdir, self.cfg, built.generator, trained_on=str(self.cfg.cache_dir),
+                           init_from=init_source["checkpoint"] if init_source else None,
                            acoustic_run=str(Path(self.acoustic_run).resolve()) if self.acoustic_run else None)
+        return RestoredVocoder(checkpoints=checkpoints, trained_seconds=trained_seconds, restored_from=restored_from,
+                               init_source=init_source)
 
-    def stage_compile(self) -> None:
+    def stage_compile(self, data: VocoderData, built: BuiltVocoder) -> CompiledVocoder:
         t = self.cfg.training
-        self.traces = TraceAccounting(t.strict_retracing, RunDir(self.workdir).retraces)
-        signature = [self.signature]
-        compiled = {name: tf.function(getattr(self.steps, name), input_signature=signature, autograph=False,
-                                      reduce_retracing=False) for name in ("reconstruction_step", "adversarial_step")}
-        self.functions = {name: self.traces.watch(function, name) if t.enable_graph_mode else function.python_function
-                          for name, function in compiled.items()}
-        self.generate = self.traces.watch(tf.function(
-            lambda mel: self.generator(mel, training=False),
+        traces = TraceAccounting(t.strict_retracing, RunDir(self.workdir).retraces)
+        signature = [data.signature]
+        compiled = {name: tf.function(getattr(built.steps, name), input_signature=signature, autograph=False,
+                                      reduce_retracing=False) for name in STEP_NAMES}
+        functions = {name: traces.watch(function, name) if t.enable_graph_mode else function.python_function
+                     for name, function in compiled.items()}
+        generate = traces.watch(tf.function(
+            lambda mel: built.generator(mel, training=False),
             input_signature=[tf.TensorSpec([1, None, self.cfg.audio.n_mels], tf.float32)], autograph=False),
             "generate")
         started = time.perf_counter()
         with expected_traces():
-            self.warmup = self._warm_up()
-        self.warmup_total = time.perf_counter() - started
-        self.traces.end_warmup()
-        self.echo(f"warm-up: traced and ran {len(self.warmup)} functions in {self.warmup_total:.1f} s "
-                  f"(generator {self.parameters['generator']:,} parameters, discriminators "
-                  f"{self.parameters['discriminators']:,}; state restored)")
+            warmup = self._warm_up(data, built, functions, generate)
+        warmup_total = time.perf_counter() - started
+        traces.end_warmup()
+        self.echo(f"warm-up: traced and ran {len(warmup)} functions in {warmup_total:.1f} s "
+                  f"(generator {built.parameters['generator']:,} parameters, discriminators "
+                  f"{built.parameters['discriminators']:,}; state restored)")
+        return CompiledVocoder(traces=traces, functions=functions, generate=generate, warmup=warmup,
+                               warmup_total=warmup_total)
 
-    def stage_loop(self) -> dict[str, Any]:
+    def stage_loop(self, data: VocoderData, built: BuiltVocoder, restored: RestoredVocoder,
+                   compiled: CompiledVocoder) -> dict[str, Any]:
         t = self.cfg.training
-        loop = LoopState.begin(t, int(self.step.numpy()), self.trained_seconds, self.workdir, progress=self.progress)
+        loop = LoopState.begin(t, int(built.step.numpy()), restored.trained_seconds, self.workdir,
+                               progress=self.progress)
         interrupt = StopOnSignals(enabled=self.stop_on_signals)
-        actions = LoopActions(train_call=self._train_call, log=self._log, checkpoint=self._checkpoint,
-                              periodic=self._validate_periodically)
+        actions = GanActions(cfg=self.cfg, steps=built.steps, functions=compiled.functions,
+                             generate=compiled.generate, iterator=data.iterator, validation=data.validation,
+                             step=built.step, checkpoints=restored.checkpoints,
+                             trained_seconds=restored.trained_seconds, traces=compiled.traces)
         try:
-            run_loop(loop, actions, interrupt, log_every=t.log_every, checkpoint_every=t.checkpoint_every,
+            run_loop(loop, actions.actions(), interrupt, log_every=t.log_every, checkpoint_every=t.checkpoint_every,
                      echo=self.echo)
         finally:
-            self.traces.close()
-        self.summary = self._summary(loop, interrupt)
-        self.echo(format_vocoder_summary(self.summary))
-        return self.summary
-
-    # ---- the loop's step and periodic actions -----------------------------------------------------------
-    def _phase(self, step: int) -> str:
-        """The generator alone for the first vocoder.adversarial_start_step steps, then the GAN."""
-        return "adversarial" if step >= self.cfg.vocoder.adversarial_start_step else "reconstruction"
-
-    def _train_call(self, loop: LoopState) -> dict[str, tf.Tensor]:
-        out = self.functions[f"{self._phase(loop.step)}_step"](loop.timer.next_batch(self.iterator))
-        loop.step += 1
-        return out
-
-    def _log(self, out: dict[str, tf.Tensor], loop: LoopState) -> None:
-        """metrics.jsonl + TensorBoard + the progress bar; the NaN guard's counter is read here (a host read)."""
-        t = self.cfg.training
-        phase = self._phase(loop.step - 1)  # the step just run
-        record = {key: float(value) for key, value in out.items()}
-        elapsed = loop.clock.elapsed()
-        record.update(step=loop.step, phase=phase, input_wait_share=loop.timer.input_wait_share(elapsed),
-                      steps_per_second=(loop.step - loop.start_step) / max(elapsed, 1e-9),
-                      traces_after_warmup=self.traces.retraces_after_warmup())
-        loop.metrics.write(record)
-        loop.first_loss = record["total"] if loop.first_loss is None else loop.first_loss
-        loop.last_loss = record["total"]
-        loop.bar.set_postfix(mel=f"{record['mel_l1']:.3f}", phase=phase)
-        if record["nonfinite_in_a_row"] >= t.max_nonfinite_steps:
-            raise VocoderTrainingError(
-                f"Stopped at step {loop.step}: {int(record['nonfinite_in_a_row'])} steps in a row had a non-finite "
-                f"loss or gradient (skipped; training.max_nonfinite_steps = {t.max_nonfinite_steps}). Last "
-                f"checkpoint: {self.checkpoints.latest or 'none'}. Lower training.learning_rate or "
-                "vocoder.discriminator_learning_rate.")
-
-    def _validate_periodically(self, loop: LoopState) -> None:
-        """Every validate_every steps and at the last: resynthesis of the validation clips (their audio every
-        summary_every steps and at the last)."""
-        t = self.cfg.training
-        if loop.crossed(t.validate_every) or loop.final:
-            with loop.clock.paused():  # validation is not training time
-                loop.validation_loss = self._validate(loop.step, loop.metrics, audio=bool(t.summary_every) and (
-                    loop.crossed(t.summary_every) or loop.final))
-
-    def _checkpoint(self, loop: LoopState) -> None:
-        self.step.assign(loop.step)
-        save_checkpoint(loop, self.checkpoints, self.trained_seconds)
-
-    def _summary(self, loop: LoopState, interrupt: StopOnSignals) -> dict[str, Any]:
-        elapsed = loop.clock.elapsed()
-        return {
-            "steps": loop.step, "steps_this_run": loop.step - loop.start_step,
-            "stopped": (loop.stopped or StopReason.MAX_STEPS).value,
-            "interrupted_by": interrupt.requested, "parameters": self.parameters,
-            "nonfinite_total": int(self.steps.nonfinite_total.numpy()), "warmup_seconds": self.warmup_total,
-            "traces": self.traces.counts(), "retraces_after_warmup": self.traces.retraces_after_warmup(),
-            "retrace_explanations": self.traces.explanations(), "loss_first": loop.first_loss,
-            "loss_last": loop.last_loss, "validation_mel_l1": loop.validation_loss,
-            "steps_per_second": (loop.step - loop.start_step) / max(elapsed, 1e-9),
-            "input_wait_share": loop.timer.input_wait_share(elapsed), "seconds": elapsed,
-            "trained_minutes": float(self.trained_seconds.numpy()) / 60.0,
-            "skipped_short_clips": len(self.segments.skipped), "resumed_from": self.restored_from,
-            "run_dir": str(self.workdir), "checkpoint": self.checkpoints.latest}
+            compiled.traces.close()
+        summary = self._summary(loop, interrupt, data, built, restored, compiled)
+        self.echo(format_vocoder_summary(summary))
+        return summary
 
     # ---- helpers -------------------------------------------------------------------------------------
-    def _warm_up(self) -> dict[str, float]:
+    def _warm_up(self, data: VocoderData, built: BuiltVocoder, functions: dict[str, Callable],
+                 generate: Callable[[tf.Tensor], tf.Tensor]) -> dict[str, float]:
         """Trace and run every step once on a batch of zeros, then put every variable back as it was."""
-        saved = [variable.numpy() for variable in self.steps.state()]
-        zeros = {key: tf.zeros(spec.shape, spec.dtype) for key, spec in self.signature.items()}
+        saved = [variable.numpy() for variable in built.steps.state()]
+        zeros = {key: tf.zeros(spec.shape, spec.dtype) for key, spec in data.signature.items()}
         zeros["mel"] = zeros["mel"] + tf.constant(np.log(self.cfg.audio.log_floor), tf.float32)  # silence
         timings = {}
-        for name in ("reconstruction_step", "adversarial_step"):
+        for name in STEP_NAMES:
             begin = time.perf_counter()
-            tf.nest.map_structure(lambda tensor: tensor.numpy(), self.functions[name](zeros))
+            tf.nest.map_structure(lambda tensor: tensor.numpy(), functions[name](zeros))
             timings[name] = time.perf_counter() - begin
-        if self.validation:
+        if data.validation:
             begin = time.perf_counter()
-            self.generate(tf.constant(self.validation[0]["mel"][None])).numpy()
+            generate(tf.constant(data.validation[0]["mel"][None])).numpy()
             timings["generate"] = time.perf_counter() - begin
-        for variable, value in zip(self.steps.state(), saved):
+        for variable, value in zip(built.steps.state(), saved):
             variable.assign(value)
         return timings
 
-    def _validate(self, step: int, metrics: MetricsLog, audio: bool) -> float | None:
-        """Resynthesise the fixed validation clips whole: mel L1 against the recordings; their audio to TensorBoard."""
-        if not self.validation:
-            return None
-        errors = []
-        writer = metrics.writer("validation") if audio else None
-        for index, clip in enumerate(self.validation):
-            generated = self.generate(tf.constant(clip["mel"][None]))[0]  # [(frames - 1) * hop]
-            real = tf.constant(clip["audio"])
-            errors.append(float(tf.reduce_mean(tf.abs(self.steps.frontend(generated) - self.steps.frontend(real)))))
-            if writer is not None:
-                with writer.as_default(step=step):
-                    tf.summary.audio(f"resynthesis/{index}_{clip['id']}", tf.reshape(generated, [1, -1, 1]),
-                                     self.cfg.audio.sample_rate)
-        value = float(np.mean(errors))
-        metrics.write({"step": step, "mel_l1": value}, split="validation")
-        return value
+    def _summary(self, loop: LoopState, interrupt: StopOnSignals, data: VocoderData, built: BuiltVocoder,
+                 restored: RestoredVocoder, compiled: CompiledVocoder) -> dict[str, Any]:
+        traces, elapsed = compiled.traces, loop.clock.elapsed()
+        return {
+            "steps": loop.step, "steps_this_run": loop.step - loop.start_step,
+            "stopped": (loop.stopped or StopReason.MAX_STEPS).value,
+            "interrupted_by": interrupt.requested, "parameters": built.parameters,
+            "nonfinite_total": int(built.steps.nonfinite_total.numpy()), "warmup_seconds": compiled.warmup_total,
+            "traces": traces.counts(), "retraces_after_warmup": traces.retraces_after_warmup(),
+            "retrace_explanations": traces.explanations(), "loss_first": loop.first_loss,
+            "loss_last": loop.last_loss, "validation_mel_l1": loop.validation_loss,
+            "steps_per_second": (loop.step - loop.start_step) / max(elapsed, 1e-9),
+            "input_wait_share": loop.timer.input_wait_share(elapsed), "seconds": elapsed,
+            "trained_minutes": float(restored.trained_seconds.numpy()) / 60.0,
+            "skipped_short_clips": len(data.segments.skipped), "resumed_from": restored.restored_from,
+            "run_dir": str(self.workdir), "checkpoint": restored.checkpoints.latest}
 
 
 def format_vocoder_summary(summary: dict[str, Any]) -> str:
@@ -331,3 +341,5 @@ def train_vocoder(cfg: Config, workdir: str | Path, resume: bool = False, **opti
     return summary
 
 
+__all__ = ["VocoderTrainer", "VocoderTrainingError", "check_vocoder_keys", "format_vocoder_summary",
+           "train_vocoder"]
