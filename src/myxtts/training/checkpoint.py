@@ -36,25 +36,21 @@ class WorkdirError(InputError):
 
 def check_resumable(directory: Path, latest: str, cfg: Any, adversarial: bool, workdir: Path) -> None:
     """Refuse to resume ``latest`` (a checkpoint in ``directory``) with a config whose model it cannot restore into:
-    another decoder, pitch conditioning or the speaker-adaptive norms switched on or off, or the mel discriminator on (``adversarial``) where the run
-    trained without one."""
+    another decoder, pitch conditioning or the speaker-adaptive norms switched on or off, or the mel discriminator on
+    (``adversarial``) where the run trained without one."""
     problem = decoder_mismatch(f"{directory} (checkpoint {latest})", checkpoint_decoder_type(latest), cfg.model.decoder)
     if problem:
         raise WorkdirError(f"{problem} Or choose another --workdir.")
-    has_pitch = checkpoint_has_pitch(latest)
-    if has_pitch is not None and has_pitch != cfg.model.pitch_conditioning:
-        raise WorkdirError(
-            f"{directory} (checkpoint {latest}) was trained {'with' if has_pitch else 'without'} pitch conditioning, "
-            f"but this config sets 'model.pitch_conditioning: {str(cfg.model.pitch_conditioning).lower()}'. Resume "
-            f"with the run's config.yaml, or start a new run from this one with --init-from {workdir} (a warm start "
-            "adds or drops the pitch modules).")
-    has_adaptive = checkpoint_has_adaptive_norm(latest)
-    if has_adaptive is not None and has_adaptive != cfg.model.speaker_adaptive_norm:
-        raise WorkdirError(
-            f"{directory} (checkpoint {latest}) was trained {'with' if has_adaptive else 'without'} speaker-adaptive "
-            f"norms, but this config sets 'model.speaker_adaptive_norm: {str(cfg.model.speaker_adaptive_norm).lower()}'"
-            f". Resume with the run's config.yaml, or start a new run from this one with --init-from {workdir} (a warm "
-            "start adds or drops them).")
+    optional_modules = (  # (what the checkpoint holds, the config key, their name in a message, its modules)
+        (checkpoint_has_pitch(latest), "pitch_conditioning", "pitch conditioning", "the pitch modules"),
+        (checkpoint_has_adaptive_norm(latest), "speaker_adaptive_norm", "speaker-adaptive norms", "the norms"))
+    for held, key, named, modules in optional_modules:
+        wanted = getattr(cfg.model, key)
+        if held is not None and held != wanted:
+            raise WorkdirError(
+                f"{directory} (checkpoint {latest}) was trained {'with' if held else 'without'} {named}, but this "
+                f"config sets 'model.{key}: {str(wanted).lower()}'. Resume with the run's config.yaml, or start a new "
+                f"run from this one with --init-from {workdir} (a warm start adds or drops {modules}).")
     names = [name for name, _ in tf.train.list_variables(latest)]
     has_average = checkpoint_has_average(latest)
     if has_average != (cfg.training.ema_decay > 0):
