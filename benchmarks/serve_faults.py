@@ -245,6 +245,8 @@ def main() -> None:
     parser.add_argument("--no-small-batches", action="store_true",
                         help="the server compiles its batch size alone (every batch padded to it), not also the "
                              "smaller powers of two")
+    parser.add_argument("--skip-abuse", action="append", default=[], metavar="KIND",
+                        help="leave this abuse kind out of the abused phases (repeatable): which abuse costs what")
     parser.add_argument("--json", default=None)
     parser.add_argument("--plot", default=None)
     args = parser.parse_args()
@@ -270,7 +272,7 @@ def main() -> None:
             phases = []
             for index in range(args.rounds):
                 for kind in ("quiet", "abused"):
-                    threads = abusers.start() if kind == "abused" else []
+                    threads = abusers.start(tuple(args.skip_abuse)) if kind == "abused" else []
                     result = clients_phase(url, args.clients, args.seconds, texts)
                     abusers.stop.set()
                     waited = time.perf_counter()
@@ -297,7 +299,7 @@ def main() -> None:
     first, last = memory[: 12] or [0.0], memory[-12:] or [0.0]  # the first and the last minute
     abuse = abusers.summary()
     report = {
-        "benchmark": "serve_faults", "run": args.run, "vocoder": args.vocoder, "clients": args.clients,
+        "benchmark": "serve_faults", "run": args.run, "skipped_abuses": args.skip_abuse, "vocoder": args.vocoder, "clients": args.clients,
         "seconds_per_phase": args.seconds, "small_batches": not args.no_small_batches, "machine": machine(),
         "idle_connections_per_wave": idle_count, "phases": phases,
         "quiet": {"ttfa_p50": spread(p["ttfa_p50"] for p in quiet), "ttfa_p95": spread(p["ttfa_p95"] for p in quiet),

@@ -196,6 +196,7 @@ def test_a_client_that_leaves_after_its_first_chunk_has_at_most_a_few_of_its_40_
     """The tiny test model vocodes a piece in milliseconds, far faster than a socket's close reaches the server; so
     that the vocoder is as slow against the client as Griffin-Lim is on a real model, a vocoder thread that made a
     later piece of this request waits, before handing it over, until the request is cancelled."""
+    from myxtts.synthesis.serving import PIECES_AHEAD
     from myxtts.synthesis.speech_stream import SpeechStream
 
     url, engine, _ = server
@@ -223,17 +224,16 @@ def test_a_client_that_leaves_after_its_first_chunk_has_at_most_a_few_of_its_40_
         while not answer.partition(b"\r\n\r\n")[2]:  # the headers, then the first piece's audio begins
             answer += connection.recv(65536)
         assert answer.startswith(b"HTTP/1.1 200") and b"x-pieces: 40" in answer.lower()
-        # the engine stops taking batches once batch_size decoded pieces wait for the (stalled) vocoder threads:
-        # wait for that steady state (no batch decoding, the queue full) rather than for a time
-        _wait_until(lambda: engine.backlog()["decoding"] == 0
-                    and engine.backlog()["vocoding"] >= engine.batch_size + engine.vocoder_threads)
+        # the engine decodes a stream's pieces only PIECES_AHEAD ahead of what its consumer took (piece 0 here: the
+        # later ones wait in the stalled vocoder threads): wait for that steady state rather than for a time
+        _wait_until(lambda: streams and streams[0].decoded >= 1 + PIECES_AHEAD and engine.backlog()["decoding"] == 0)
         stream = streams[0]
         decoded_before_leaving = stream.decoded
     _wait_until(lambda: stream.cancelled and engine.queued() == 0)
     # piece 0, and at most one more per vocoder thread (those in progress when the client left)
     assert 1 <= stream.vocoded <= 1 + engine.vocoder_threads
-    # the vocoder queue is bounded: the engine decodes a few batches ahead of the vocoder, not all 40 pieces
-    assert decoded_before_leaving <= 3 * engine.batch_size and stream.decoded == decoded_before_leaving
+    # the engine decodes a stream's pieces a few ahead of its consumer, not all 40
+    assert decoded_before_leaving == 1 + PIECES_AHEAD and stream.decoded == decoded_before_leaving
     assert engine.dropped - dropped_before == 40 - stream.vocoded  # every other piece dropped, at some stage
     # those in progress when it left are counted (/health: pieces_vocoded_after_cancel), piece 0 is not
     assert engine.vocoded_after_cancel - after_cancel_before == stream.vocoded - 1

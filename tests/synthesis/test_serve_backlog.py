@@ -65,6 +65,8 @@ def test_requests_past_the_in_flight_limit_get_429_with_retry_after(bounded):
 
 
 def test_pieces_past_the_queue_limit_get_429_and_health_shows_the_backlog(bounded):
+    from myxtts.synthesis.serving import PIECES_AHEAD
+
     url, engine = bounded
     text = " ".join(f"Sentence number {word}." for word in "one two three four five six seven eight".split())
     with engine_held(engine) as inside:
@@ -72,8 +74,10 @@ def test_pieces_past_the_queue_limit_get_429_and_health_shows_the_backlog(bounde
         assert len(stream.pieces) == 8
         inside.wait(60)
         health = _health(url)
-        # the audio bytes of its eight pieces' worst case stay reserved until they are sent
-        assert health["backlog"] == {"pending": 4, "decoding": 4, "vocoding": 0, "requests_in_flight": 1,
+        # nothing taken yet: its first PIECES_AHEAD pieces are decoded, the rest wait; the audio bytes of its eight
+        # pieces' worst case stay reserved until they are sent
+        assert health["backlog"] == {"pending": 8 - PIECES_AHEAD, "decoding": PIECES_AHEAD, "vocoding": 0,
+                                     "requests_in_flight": 1,
                                      "ready_unsent": 0, "unsent_bytes": stream.unsent_bytes()}
         assert stream.unsent_bytes() == sum(engine.audio_bound.piece_bytes(piece.pause_after)
                                             for piece in stream.pieces)

@@ -12,7 +12,9 @@ decodes while the last is vocoded, on the other core); each delivers its audio t
 
 The vocoder queue is bounded: a batch is decoded only while fewer than ``batch_size`` decoded pieces wait there,
 so the backlog sits undecoded in the priority queue, where a new request's first piece can still go ahead of it
-and a cancel drops it for nothing (Griffin-Lim is most of the time of a piece).
+and a cancel drops it for nothing (Griffin-Lim is most of the time of a piece). And a stream's pieces are decoded
+at most ``PIECES_AHEAD`` ahead of what its consumer has taken: a client that reads slowly gets its audio made at
+its own pace, so it costs the others no more than its reading allows.
 
 The engine is bounded by ``ServerLimits`` (``server_limits.py``) through its ``Admission`` (``admission.py``): a
 request over ``max_characters`` is refused before any text work; one that would pass ``max_requests_in_flight``
@@ -61,6 +63,10 @@ def small_batch_sizes(batch_size: int) -> list[int]:
     return [2 ** exponent for exponent in range(batch_size.bit_length()) if 2 ** exponent < batch_size]
 
 
+# a stream's piece is decoded only while fewer than this many of its pieces are decoded and not yet taken by its
+# consumer (its index below taken + PIECES_AHEAD): a client that reads slowly gets its audio made at its pace, not all at
+# once ahead of it, and a well-behaved one still has its next piece ready while it takes the last
+PIECES_AHEAD = 2
 # the longest wait for one piece's audio before its request fails (the engine is stuck or far behind)
 PIECE_READY_TIMEOUT = 300.0
 
@@ -195,7 +201,7 @@ class SpeechEngine:
             scale = 1.0 / speed
             pieces, tokens = self._split(text, scale, cancelled, deadline)
             stream = SpeechStream(pieces, self.synthesizer.sample_rate, on_finish=self._finished,
-                                  reserved=[self.audio_bound.piece_bytes(piece.pause_after) for piece in pieces],
+                                  on_taken=self._piece_taken, reserved=[self.audio_bound.piece_bytes(piece.pause_after) for piece in pieces],
                                   release=self.admission.unsent.release, deadline=deadline)
             with self._wake:
                 queued = True  # admitted or refused below: no longer preparing either way
@@ -315,22 +321,34 @@ class SpeechEngine:
         return failure is None, None if failure is None else failure.splitlines()[0]
 
     def _take(self) -> list[_Piece] | None:
-        """The next batch, highest priority first; None once closed. A batch is taken only while fewer than
-        ``batch_size`` decoded pieces wait for the vocoder (so at most ``2 * batch_size - 1`` ever wait there)."""
+        """The next batch, highest priority first, of pieces fewer than ``PIECES_AHEAD`` ahead of what their
+        stream's consumer has taken; None once closed. A batch is taken only while fewer than ``batch_size`` decoded
+        pieces wait for the vocoder (so at most ``2 * batch_size - 1`` ever wait there)."""
         with self._wake:
-            while not self._closed and (not self._pending or len(self._to_vocode) >= self.batch_size):
-                self._wake.wait()
-            if self._closed:
-                return None
-            batch = []
-            while self._pending and len(batch) < self.batch_size:
-                piece = heapq.heappop(self._pending)
-                if piece.stream.cancelled:  # cancelled, its pieces not yet swept by _finished: never decoded
-                    self.dropped += 1
-                    continue
-                batch.append(piece)
-            self._decoding = len(batch)
-            return batch
+            while True:
+                if self._closed:
+                    return None
+                if self._pending and len(self._to_vocode) < self.batch_size:
+                    batch, ahead = [], []  # ahead: pieces too far ahead of what their consumer has taken
+                    while self._pending and len(batch) < self.batch_size:
+                        piece = heapq.heappop(self._pending)
+                        if piece.stream.cancelled:  # cancelled, its pieces not yet swept by _finished: never decoded
+                            self.dropped += 1
+                        elif piece.index < piece.stream.taken() + PIECES_AHEAD:
+                            batch.append(piece)
+                        else:
+                            ahead.append(piece)
+                    for piece in ahead:
+                        heapq.heappush(self._pending, piece)
+                    if batch:
+                        self._decoding = len(batch)
+                        return batch
+                self._wake.wait()  # a new request, a piece taken by a consumer, a vocoder slot, or the close
+
+    def _piece_taken(self) -> None:
+        """A consumer took a piece: the next of its stream's pieces may be decoded now."""
+        with self._wake:
+            self._wake.notify_all()
 
     def _run(self) -> None:
         while (batch := self._take()) is not None:

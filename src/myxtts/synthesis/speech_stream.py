@@ -50,9 +50,11 @@ def _set_from_thread(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> N
 class SpeechStream:
     def __init__(self, pieces: list[TextPiece], sample_rate: int, on_finish: Callable[["SpeechStream"], None]
                  | None = None, reserved: Sequence[int] | None = None, release: Callable[[int], None] | None = None,
-                 deadline: float = math.inf):
+                 deadline: float = math.inf, on_taken: Callable[[], None] | None = None):
         """``reserved``: the bytes already reserved for each piece in the ledger that ``release`` gives back to
-        (none by default: a stream of its own); ``deadline``: the request's end (module docstring)."""
+        (none by default: a stream of its own); ``deadline``: the request's end (module docstring); ``on_taken``:
+        called (outside the stream's lock) each time the consumer takes a piece: the engine decodes a stream's pieces
+        only a few ahead of what its consumer has taken."""
         self.pieces, self.sample_rate, self.deadline = pieces, sample_rate, deadline
         self.cancelled = False
         self.expired = False  # ended at its deadline (``expire``)
@@ -73,6 +75,7 @@ class SpeechStream:
         self._wakers: list[Callable[[], None]] = []  # async consumers waiting for a delivery or a cancel
         self._on_cancel: list[Callable[[], None]] = []  # see when_cancelled
         self._on_finish = on_finish
+        self._on_taken = on_taken
         self._finished = False
 
     # ---- the engine's side --------------------------------------------------------------------------
@@ -167,6 +170,8 @@ class SpeechStream:
         if isinstance(taken, BaseException):
             self.cancel()
             raise taken
+        if isinstance(taken, bytes) and self._on_taken is not None:
+            self._on_taken()
         if taken is None or self._next >= len(self.pieces):
             self._finish()
         return taken
