@@ -196,7 +196,7 @@ def test_a_client_that_leaves_after_its_first_chunk_has_at_most_a_few_of_its_40_
     """The tiny test model vocodes a piece in milliseconds, far faster than a socket's close reaches the server; so
     that the vocoder is as slow against the client as Griffin-Lim is on a real model, a vocoder thread that made a
     later piece of this request waits, before handing it over, until the request is cancelled."""
-    from myxtts.synthesis.serving import PIECES_AHEAD
+    from myxtts.synthesis.piece_queue import PIECES_AHEAD
     from myxtts.synthesis.speech_stream import SpeechStream
 
     url, engine, _ = server

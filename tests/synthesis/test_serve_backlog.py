@@ -65,7 +65,7 @@ def test_requests_past_the_in_flight_limit_get_429_with_retry_after(bounded):
 
 
 def test_pieces_past_the_queue_limit_get_429_and_health_shows_the_backlog(bounded):
-    from myxtts.synthesis.serving import PIECES_AHEAD
+    from myxtts.synthesis.piece_queue import PIECES_AHEAD
 
     url, engine = bounded
     text = " ".join(f"Sentence number {word}." for word in "one two three four five six seven eight".split())

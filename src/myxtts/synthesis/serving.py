@@ -2,9 +2,9 @@
 
 A request's text is split into pieces (``SynthesisEngine.split``: ``synthesizer.engine``) and its pieces join one
 queue shared by all requests. One engine thread owns the decoder: it takes up to ``batch_size`` queued pieces (whoever
-they belong to, each with its own voice and speed) in priority order (``_priority``) and decodes them in one compiled
-call per bucket (``SynthesisEngine.decode_tokens``: every function was traced at start-up by ``warm_up``) at the
-smallest compiled batch size that holds them (``batch_sizes``: ``batch_size`` and the smaller sizes given, so that
+they belong to, each with its own voice and speed) in priority order (``piece_queue.priority``) and decodes them in
+one compiled call per bucket (``SynthesisEngine.decode_tokens``: every function was traced at start-up by
+``warm_up``) at the smallest compiled batch size that holds them (``batch_sizes``: ``batch_size`` and the smaller sizes given, so that
 under light load a lone piece is not decoded as a full batch of padding) and puts each piece's mel on the vocoder
 queue, which ``vocoder_threads`` threads take in the same priority order (TF ops release the GIL: the next batch
 decodes while the last is vocoded, on the other core); each delivers its audio to its request's stream
@@ -13,8 +13,8 @@ decodes while the last is vocoded, on the other core); each delivers its audio t
 The vocoder queue is bounded: a batch is decoded only while fewer than ``batch_size`` decoded pieces wait there,
 so the backlog sits undecoded in the priority queue, where a new request's first piece can still go ahead of it
 and a cancel drops it for nothing (Griffin-Lim is most of the time of a piece). And a stream's pieces are decoded
-at most ``PIECES_AHEAD`` ahead of what its consumer has taken: a client that reads slowly gets its audio made at
-its own pace, so it costs the others no more than its reading allows.
+at most ``piece_queue.PIECES_AHEAD`` ahead of what its consumer has taken: a client that reads slowly gets its
+audio made at its own pace, so it costs the others no more than its reading allows.
 
 The engine is bounded by ``ServerLimits`` (``server_limits.py``) through its ``Admission`` (``admission.py``): a
 request over ``max_characters`` is refused before any text work; one that would pass ``max_requests_in_flight``
@@ -39,13 +39,13 @@ import os
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
 
 from myxtts.synthesis.admission import (Admission, AudioBound, EngineBusyError, EngineFailedError,
                                         SpeechRequestError, split_request)
+from myxtts.synthesis.piece_queue import QueuedPiece, Voice, priority, take_batch
 from myxtts.synthesis.server_limits import ServerLimits
 from myxtts.synthesis.speech_stream import SpeechStream, to_pcm16, wav_header
 from myxtts.synthesis.synthesizer import Synthesizer
@@ -63,41 +63,8 @@ def small_batch_sizes(batch_size: int) -> list[int]:
     return [2 ** exponent for exponent in range(batch_size.bit_length()) if 2 ** exponent < batch_size]
 
 
-# a stream's piece is decoded only while fewer than this many of its pieces are decoded and not yet taken by its
-# consumer (its index below taken + PIECES_AHEAD): a client that reads slowly gets its audio made at its pace, not all at
-# once ahead of it, and a well-behaved one still has its next piece ready while it takes the last
-PIECES_AHEAD = 2
 # the longest wait for one piece's audio before its request fails (the engine is stuck or far behind)
 PIECE_READY_TIMEOUT = 300.0
-
-
-@dataclass
-class Voice:
-    name: str
-    latents: np.ndarray  # [K, d] the conditioning encoder's latents of the voice's clip (Synthesizer.voice)
-
-
-@dataclass(order=True)
-class _Piece:
-    """One piece on its way through the engine; pieces compare by ``priority`` alone (the queues are heaps)."""
-    priority: tuple[int, int, int]
-    stream: SpeechStream = field(compare=False)
-    index: int = field(compare=False)
-    tokens: np.ndarray = field(compare=False)
-    voice: Voice = field(compare=False)
-    scale: float = field(compare=False)
-    mel: np.ndarray | None = field(default=None, compare=False)  # once decoded
-
-
-def _priority(request_number: int, index: int, ageing_step: int) -> tuple[int, int, int]:
-    """Piece ``index`` of the ``request_number``-th request counts as if its request had arrived ``ageing_step *
-    index`` requests later. A new request's first piece therefore goes ahead of older requests' later pieces (time to
-    first audio stays short under load), but only of those at least ``ageing_step`` requests per piece index ahead:
-    an older request's piece ``i`` lets at most ``ageing_step * i`` newer requests' pieces pass it, so under any
-    steady flow of new requests it is reached within about ``i`` batches (with ``ageing_step = batch_size``) and no
-    request starves. Counted in requests, not seconds: new arrivals are the only competition, and the order does
-    not depend on how fast the machine is. Ties go to the older request, then to the earlier piece."""
-    return request_number + ageing_step * index, request_number, index
 
 
 class SpeechEngine:
@@ -126,8 +93,8 @@ class SpeechEngine:
         for name, clip in voices.items():
             self.voices[name] = Voice(name, synthesizer.voice(clip))  # AudioError naming the clip
         self.admission = Admission(self.limits)
-        self._pending: list[_Piece] = []  # heap: pieces not yet decoded
-        self._to_vocode: list[_Piece] = []  # heap: decoded pieces waiting for a vocoder thread (bounded, see _take)
+        self._pending: list[QueuedPiece] = []  # heap: pieces not yet decoded
+        self._to_vocode: list[QueuedPiece] = []  # heap: decoded pieces waiting for a vocoder thread (bounded, see _take)
         self._requests = 0  # requests accepted so far: the arrival number in each piece's priority
         self._decoding = 0  # pieces in the batch being decoded
         self._vocoding_now = 0  # pieces a vocoder thread is working on
@@ -210,7 +177,7 @@ class SpeechEngine:
                 self._in_flight.add(stream)
                 number, self._requests = self._requests, self._requests + 1
                 for index, ids in enumerate(tokens):
-                    heapq.heappush(self._pending, _Piece(_priority(number, index, self.batch_size), stream, index,
+                    heapq.heappush(self._pending, QueuedPiece(priority(number, index, self.batch_size), stream, index,
                                                          ids, self.voices[voice], scale))
                 self._wake.notify_all()
             return stream
@@ -320,26 +287,17 @@ class SpeechEngine:
         failure = self.failure
         return failure is None, None if failure is None else failure.splitlines()[0]
 
-    def _take(self) -> list[_Piece] | None:
-        """The next batch, highest priority first, of pieces fewer than ``PIECES_AHEAD`` ahead of what their
-        stream's consumer has taken; None once closed. A batch is taken only while fewer than ``batch_size`` decoded
-        pieces wait for the vocoder (so at most ``2 * batch_size - 1`` ever wait there)."""
+    def _take(self) -> list[QueuedPiece] | None:
+        """The next batch (``take_batch``: highest priority first, of pieces fewer than ``PIECES_AHEAD`` ahead of
+        what their stream's consumer has taken); None once closed. A batch is taken only while fewer than
+        ``batch_size`` decoded pieces wait for the vocoder (so at most ``2 * batch_size - 1`` ever wait there)."""
         with self._wake:
             while True:
                 if self._closed:
                     return None
                 if self._pending and len(self._to_vocode) < self.batch_size:
-                    batch, ahead = [], []  # ahead: pieces too far ahead of what their consumer has taken
-                    while self._pending and len(batch) < self.batch_size:
-                        piece = heapq.heappop(self._pending)
-                        if piece.stream.cancelled:  # cancelled, its pieces not yet swept by _finished: never decoded
-                            self.dropped += 1
-                        elif piece.index < piece.stream.taken() + PIECES_AHEAD:
-                            batch.append(piece)
-                        else:
-                            ahead.append(piece)
-                    for piece in ahead:
-                        heapq.heappush(self._pending, piece)
+                    batch, dropped = take_batch(self._pending, self.batch_size)
+                    self.dropped += dropped
                     if batch:
                         self._decoding = len(batch)
                         return batch
