@@ -17,6 +17,7 @@ Voice names are espeak-ng's: a language code with an optional ``+variant`` (``en
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import os
 import shutil
@@ -60,7 +61,7 @@ class UnknownVoiceError(InputError):
 def bundled_paths() -> tuple[str, str]:
     """(library file, data folder) of the ``espeakng-loader`` wheel."""
     try:
-        import espeakng_loader
+        import espeakng_loader  # phonemes only: a missing wheel is an error to act on, not a failed import
     except ImportError as err:
         raise EspeakUnavailableError(f"The espeakng-loader package is not installed ({err}); it bundles the "
                                      "espeak-ng library myxtts uses. Install it: `pip install espeakng-loader` "
@@ -189,8 +190,6 @@ class EspeakLibrary:
 
 
 def _unload(lib: ctypes.CDLL) -> None:
-    import _ctypes
-
     if sys.platform == "win32":
         _ctypes.FreeLibrary(lib._handle)  # type: ignore[attr-defined]
     else:

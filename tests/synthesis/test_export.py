@@ -307,7 +307,7 @@ def test_force_replaces_an_earlier_output_only_once_the_new_one_is_complete(comm
     import tensorflow as tf
 
     from myxtts.cli import main
-    from myxtts.synthesis import loading
+    from myxtts.synthesis import run_files
 
     out = tmp_path / "outputs" / "model"
     record = out / ("assets/export.json" if command == "export" else "model.json")
@@ -318,7 +318,7 @@ def test_force_replaces_an_earlier_output_only_once_the_new_one_is_complete(comm
     assert (out / "vocoder" / "vocoder.json").is_file() == (command == "pack")
     info = json.loads(record.read_text())
     assert info["step"] == 0 and Path(info["source_checkpoint" if command == "pack" else "checkpoint"]).name == \
-        Path(loading.latest_checkpoint(parallel_run)).name
+        Path(run_files.latest_checkpoint(parallel_run)).name
     earlier = _digest(out)
 
     again = CliRunner().invoke(main, [command, "--run", str(parallel_run), "--out", str(out)])
@@ -343,7 +343,7 @@ def test_force_replaces_an_earlier_output_only_once_the_new_one_is_complete(comm
     if command == "export":  # tf.saved_model.save(module, folder, ...)
         monkeypatch.setattr(tf.saved_model, "save", lambda module, folder, **kwargs: disk_full(folder))
     else:  # save_run(folder, cfg, model, ...)
-        monkeypatch.setattr(loading, "save_run", lambda folder, *args, **kwargs: disk_full(folder))
+        monkeypatch.setattr(run_files, "save_run", lambda folder, *args, **kwargs: disk_full(folder))
     failed = CliRunner().invoke(main, [command, "--run", str(parallel_run), "--out", str(out), "--force"])
     # a full disk is no bad input: the error propagates (a traceback, exit 1), and the earlier output stays
     assert failed.exit_code == 1 and isinstance(failed.exception, OSError) and failed.exception.errno == 28, \

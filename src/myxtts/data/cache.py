@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+import soundfile
 
 from myxtts.cache_files import INDEX_FILE, INDEX_PREFIX, UTTERANCE_DIR
 from myxtts.data.cache_manifest import (FORMAT_VERSION, SPLITS, CacheError, check_manifest, feature_params,
@@ -94,8 +95,6 @@ def audio_file(utterance_file: str) -> str:
 
 def write_audio(path: Path, waveform: np.ndarray, sample_rate: int) -> int:
     """Write one clip's audio as 16-bit PCM WAV atomically (tmp + rename); returns its size in bytes."""
-    import soundfile
-
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     soundfile.write(str(tmp), np.clip(np.asarray(waveform, np.float32), -1.0, 1.0), int(sample_rate),
@@ -127,7 +126,7 @@ def read_utterance(path: Path) -> Utterance:
 def tf_read_utterance(path: Any, n_mels: int) -> tuple[Any, Any, Any]:
     """TF ops (usable in Dataset.map): (tokens [tokens] int32, mel [frames, n_mels] float16, F0 [frames] float16 Hz)
     of one file."""
-    import tensorflow as tf
+    import tensorflow as tf  # the input pipeline's: prepare imports this module and an up-to-date one never loads TF
 
     raw = tf.io.read_file(path)
     header = tf.io.decode_raw(tf.strings.substr(raw, 0, HEADER_BYTES), tf.int32)  # [4]

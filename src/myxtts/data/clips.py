@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import soundfile
+from tqdm import tqdm
 
 from myxtts.cache_files import UTTERANCE_DIR
 from myxtts.data.cache import audio_file, write_audio, write_utterance
@@ -83,8 +85,6 @@ def _utterance_file(utterance_id: str, fingerprint: str, feature_hash: str) -> s
 def process_clip(entry: CorpusEntry, fingerprint: str, cfg: Any, processors: TextProcessors, frontend: Any,
                   cache_dir: Path, feature_hash: str) -> Clip | Rejection:
     """Validate, compute the mel and F0, write the clip's audio and utterance files (runs in a worker thread)."""
-    import soundfile
-
     from myxtts.f0.tracker import clip_f0  # imports TensorFlow: an up-to-date prepare never loads it
 
     checked = validate_clip(entry, cfg, processors.for_language(entry.language))
@@ -156,8 +156,6 @@ def process_clips(cfg: Any, cache_dir: Path, verdicts: Verdicts, fingerprints: d
                   processors: TextProcessors, journal: PrepareJournal, *, progress: bool, workers: int) -> None:
     """Process the ``todo`` entries on ``workers`` threads, journalling each verdict as it is final (``journal``
     open)."""
-    from tqdm import tqdm
-
     from myxtts.mel import MelFrontend  # imports TensorFlow: an up-to-date prepare never loads it
 
     frontend = MelFrontend(cfg.audio)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from tqdm import tqdm
 
 from myxtts.durable import write_durably
 from myxtts.errors import InputError, SetupError
@@ -275,8 +276,6 @@ def render_corpus(sentences: Sequence[Sentence], voices: Sequence[EspeakVoice] |
     for voice in voices:
         (out_dir / "wavs" / voice.name).mkdir(parents=True, exist_ok=True)
     missing = [i for i, target in enumerate(targets) if not (target.is_file() and target.stat().st_size > 44)]
-
-    from tqdm import tqdm
 
     renderers: queue.SimpleQueue = queue.SimpleQueue()
     opened = []

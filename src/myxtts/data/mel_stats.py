@@ -85,7 +85,7 @@ class MelStats:
         """``(log_mel - mean) / std``: TF ops for a tensor (usable in Dataset.map / tf.function), else numpy
         float32."""
         if _is_tensor(log_mel):
-            import tensorflow as tf
+            import tensorflow as tf  # a tensor came, so TF is loaded; prepare imports this module without it
 
             return (log_mel - tf.constant(self.mean, log_mel.dtype)) / tf.constant(self.std, log_mel.dtype)
         return (np.asarray(log_mel, dtype=np.float32) - self.mean) / self.std
@@ -93,7 +93,7 @@ class MelStats:
     def denormalize(self, normalized: Any) -> Any:
         """``normalized * std + mean``: the real log mel (what the vocoder and the metrics take)."""
         if _is_tensor(normalized):
-            import tensorflow as tf
+            import tensorflow as tf  # a tensor came, so TF is loaded; prepare imports this module without it
 
             return normalized * tf.constant(self.std, normalized.dtype) + tf.constant(self.mean, normalized.dtype)
         return np.asarray(normalized, dtype=np.float32) * self.std + self.mean

@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import soundfile
 
 from myxtts import __version__, f0
 from myxtts.cache_files import JOURNAL_FILE, MANIFEST_FILE, REJECTED_FILE, VOCAB_FILE
@@ -380,7 +381,6 @@ def _read_rejections(cache_dir: Path) -> list[Rejection]:
 
 
 def _versions() -> dict[str, str]:
-    import soundfile
     import tensorflow as tf  # only when a manifest is written: an up-to-date prepare never loads TensorFlow
 
     return {"myxtts": __version__, "tensorflow": tf.__version__, "numpy": np.__version__,

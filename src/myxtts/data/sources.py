@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import soundfile
 import tensorflow as tf
 
 from myxtts.audio import tf_load_wav
@@ -144,8 +145,6 @@ class WavSource:
     """Prepared manifest + vocab for ids / tokens; WAVs decoded and mels computed with TF ops."""
 
     def __init__(self, cfg: Any) -> None:
-        import soundfile
-
         try:
             cache = FeatureCache.load(cfg)  # the index: accepted ids, tokens (per language), splits, speakers
         except CacheError as err:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import soundfile
 import tensorflow as tf
 
 from myxtts.data.cache import FeatureCache, audio_file, read_utterance, tf_read_utterance
@@ -98,8 +99,6 @@ def validation_clips(cfg: Any, count: int = 4, mel_dir: Path | None = None) -> l
     """Up to ``count`` whole clips of the validation split (the train split's first when it has none) as numpy:
     ``{"id", "mel" [frames, n_mels] float32, "audio" [(frames - 1) * hop] float32}``: fixed clips the trainer
     resynthesises at each validation."""
-    import soundfile
-
     cache = FeatureCache.load(cfg)
     rows = cache.split_indices("validation")
     if not len(rows):

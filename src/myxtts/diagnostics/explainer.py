@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import tensorflow as tf
+
 from myxtts.diagnostics import suggestions
 from myxtts.diagnostics.trace_types import Difference, Leaf, Snapshot
 
@@ -30,8 +32,6 @@ class Explanation:
 
 def call_context() -> dict[str, Any]:
     """The parts of TF's cache-key context a user can change between calls: device scope, strategy."""
-    import tensorflow as tf
-
     context: dict[str, Any] = {}
     try:
         from tensorflow.python.eager import context as eager_context  # private, present in TF 2.16-2.21

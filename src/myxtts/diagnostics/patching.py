@@ -27,7 +27,7 @@ _ORIGINAL_CALL: Any = None
 def _function_class() -> type:
     """The tf.function class (private module path, stable across TF 2.16-2.21)."""
     try:
-        from tensorflow.python.eager.polymorphic_function import polymorphic_function
+        from tensorflow.python.eager.polymorphic_function import polymorphic_function  # private: may be missing
     except ImportError as err:
         raise RuntimeError(
             f"explain_retracing cannot patch tf.function on TensorFlow {tf.__version__}: the module "

@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import tensorflow as tf
+
 from myxtts.diagnostics.events import RetraceError
 from myxtts.diagnostics.retrace_monitor import RetraceMonitor
 from myxtts.diagnostics.patching import explain_retracing
@@ -111,9 +114,6 @@ def program_traceback_text(error: BaseException) -> str:
 
 def seed_everything(seed: int) -> None:
     """Seed Python's random, NumPy and TF's global generator (and Keras' when it is loaded)."""
-    import numpy as np
-    import tensorflow as tf
-
     random.seed(seed)
     np.random.seed(seed)
     tf.random.set_seed(seed)

@@ -6,7 +6,7 @@ the rank varies); the elements of a list or tuple that play the same role (same 
 wherever each is constant) are generalised together, so a list of per-image box tensors gets one
 ``[None, 4]`` spec for every element even when only element [1] changed so far.  What a signature cannot
 express (a dtype that varies, a list whose length varies, a Python object) is kept as such, so the caller
-can say which fix applies.  Nothing here imports TensorFlow except `to_spec`, which builds the real specs.
+can say which fix applies.  Only `to_spec` calls TensorFlow: it builds the real specs.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from typing import Any, Iterator
+
+import tensorflow as tf
 
 from myxtts.diagnostics.trace_types import Leaf, Snapshot
 
@@ -234,8 +236,6 @@ def _render_spec(dims: list[int | None] | None, dtype: str) -> str:
 
 def to_spec(node: Any) -> Any:
     """The real TensorSpec structure of a node; ValueError for what a signature cannot hold."""
-    import tensorflow as tf
-
     if isinstance(node, TensorNode):
         if len(node.dtypes) != 1:
             raise ValueError(f"{node.path}: its dtype varies ({', '.join(node.dtypes)}); one spec has one dtype.")

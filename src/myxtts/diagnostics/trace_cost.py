@@ -30,7 +30,7 @@ def install() -> None:
         if _STATE["installed"] or _STATE["note"]:
             return
         try:
-            from tensorflow.python.eager.polymorphic_function import tracing_compilation
+            from tensorflow.python.eager.polymorphic_function import tracing_compilation  # private: may be missing
         except ImportError as err:
             _STATE["note"] = f"tracing time not separable on this TF ({err}); the traced call's wall time is used"
             return

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import numpy as np
+import tensorflow as tf
 
 from myxtts.diagnostics import fixes, patching, runner
 from myxtts.diagnostics.events import FIRST_TRACE
@@ -98,8 +99,6 @@ class CallRecorder:
 
 def convert_arguments(python_function: Any, args: tuple, kwargs: dict, convert: dict[str, str]) -> tuple[tuple, dict]:
     """The call's arguments with every Python number at a path in `convert` made a tensor of that dtype."""
-    import tensorflow as tf
-
     try:
         bound = inspect.signature(python_function).bind(*args, **kwargs)
     except (TypeError, ValueError):
@@ -140,8 +139,6 @@ def _replace(value: Any, tokens: list, convert: Any) -> Any:
 
 def copy_outputs(result: Any) -> list:
     """NumPy copies of every leaf a call returned (large ones as a fingerprint), so later steps cannot change them."""
-    import tensorflow as tf
-
     copies = []
     for leaf in tf.nest.flatten(result, expand_composites=True):
         try:

@@ -40,7 +40,7 @@ def recognizer_available() -> bool:
 def _decoder():
     # loading the acoustic model, dictionary and language model is slow: once per process
     try:
-        from pocketsphinx import Decoder
+        from pocketsphinx import Decoder  # optional: the listen extra
     except ImportError as err:
         raise SetupError("Speech recognition needs pocketsphinx: install the 'listen' extra "
                            "(pip install 'myxtts[listen]', or pip install 'pocketsphinx>=5').") from err

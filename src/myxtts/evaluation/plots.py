@@ -9,10 +9,10 @@ import numpy as np
 
 
 def _pyplot():
-    import matplotlib
+    import matplotlib  # heavy (pyplot ~0.3 s): only when plotting; its backend is chosen before pyplot loads
 
     matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: only when plotting, after matplotlib.use
 
     return plt
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -35,14 +36,12 @@ def speaker_encoder_available() -> bool:
 @functools.lru_cache(maxsize=1)
 def _speaker_encoder():
     """Resemblyzer's ``(VoiceEncoder on the CPU, preprocess_wav, normalize_volume)``, loaded once per process."""
-    import warnings
-
     try:
         with warnings.catch_warnings():
             # import-time noise we do not control: webrtcvad imports pkg_resources, resemblyzer a
             # deprecated scipy.ndimage namespace
             warnings.simplefilter("ignore")
-            from resemblyzer import VoiceEncoder, normalize_volume, preprocess_wav
+            from resemblyzer import VoiceEncoder, normalize_volume, preprocess_wav  # optional: the judge extra
     except ImportError as err:
         raise SetupError(f"{_JUDGE_INSTALL} (import failed: {err})") from err
     return VoiceEncoder(device="cpu", verbose=False), preprocess_wav, normalize_volume
@@ -169,7 +168,7 @@ def reference_similarity(references: Sequence[np.ndarray], sample_rate: int, aud
 
     # both import TensorFlow: only the Griffin-Lim resynthesis needs it, the similarity of clips alone does not
     from myxtts.mel import MelFrontend
-    from myxtts.vocoder import GriffinLim
+    from myxtts.vocoder import GriffinLim  # TensorFlow too, as the comment above says
 
     audio = AudioConfig() if audio_cfg is None else audio_cfg
     frontend, vocoder = MelFrontend(audio), GriffinLim(audio)

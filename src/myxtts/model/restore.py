@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from myxtts.config import Config
 from myxtts.model.build import build_model
@@ -42,8 +43,6 @@ def checkpoint_decoder_type(checkpoint: str | Path) -> str | None:
 
 def _model_parts(checkpoint: str | Path) -> tuple[Any, dict[str, int]] | None:
     """(the checkpoint's object graph, the model's top-level modules by name -> node id); None: unreadable."""
-    from tensorflow.core.protobuf import trackable_object_graph_pb2
-
     try:
         graph = trackable_object_graph_pb2.TrackableObjectGraph()
         graph.ParseFromString(tf.train.load_checkpoint(str(checkpoint)).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))

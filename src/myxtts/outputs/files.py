@@ -30,7 +30,7 @@ def file_made_by(path: str | Path) -> str | None:
             return mark[len(MARK_PREFIX):]
         return "evaluate" if _REPORT_KEYS <= set(data) else None
     if path.suffix.lower() == ".wav":
-        import soundfile
+        import soundfile  # loads NumPy, which the rest of myxtts.outputs never needs: a .wav's mark only
 
         try:
             with soundfile.SoundFile(str(path)) as handle:

@@ -62,7 +62,7 @@ DEFAULT_SHUTDOWN_GRACE = 20.0
 
 def _error(status: int, message: str, param: str | None = None, kind: str = "invalid_request_error",
            code: str | None = None, headers: dict | None = None):
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse  # fastapi is the serve extra
 
     return JSONResponse(status_code=status, headers=headers,
                         content={"error": {"message": message, "type": kind, "param": param, "code": code}})
@@ -102,7 +102,7 @@ def _call_from_thread(loop: asyncio.AbstractEventLoop, callback) -> None:
 
 
 def _response_class():
-    from starlette.responses import Response
+    from starlette.responses import Response  # starlette comes with fastapi, the serve extra
 
     class AudioResponse(Response):
         """Streams a ``SpeechStream`` as one chunked response (see the module docstring). Only a stream taken to
@@ -178,7 +178,7 @@ def _response_class():
 
 def _speech_body_class() -> type:
     """The speech endpoint's request body (a pydantic model: the ``serve`` extra's, imported on first use)."""
-    from pydantic import BaseModel, ConfigDict
+    from pydantic import BaseModel, ConfigDict  # pydantic comes with fastapi, the serve extra
 
     class SpeechBody(BaseModel):
         model_config = ConfigDict(extra="ignore")  # OpenAI clients also send e.g. "model"
@@ -195,7 +195,7 @@ def _health(engine: SpeechEngine) -> Any:
     healthy, failure = engine.health()
     limits = engine.limits
     if not healthy:  # a dead engine thread: a load balancer must stop sending requests here
-        from fastapi.responses import JSONResponse
+        from fastapi.responses import JSONResponse  # fastapi is the serve extra
 
         return JSONResponse(status_code=503, content={"status": "failed", "error": failure,
                                                       "voices": sorted(engine.voices)})
@@ -217,8 +217,8 @@ def _too_large(limits: Any, size: str) -> Any:
 
 async def _parse(request: Any, limits: Any, speech_body: type) -> Any:
     """The body as a ``speech_body`` (``_speech_body_class``), or the error response that refuses it."""
-    from pydantic import ValidationError
-    from starlette.requests import ClientDisconnect
+    from pydantic import ValidationError  # pydantic and starlette come with fastapi, the serve extra
+    from starlette.requests import ClientDisconnect  # the serve extra, as above
 
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limits.max_body_bytes:
@@ -244,7 +244,7 @@ async def _parse(request: Any, limits: Any, speech_body: type) -> Any:
 async def _speech(engine: SpeechEngine, request: Any, speech_body: type, audio_response: type) -> Any:
     """``POST /v1/audio/speech``: the body checked, the text work in a worker thread while the client is watched,
     then the audio streamed (``audio_response``: ``_response_class``), or the error response that refuses it."""
-    from starlette.concurrency import run_in_threadpool
+    from starlette.concurrency import run_in_threadpool  # starlette comes with fastapi, the serve extra
 
     limits = engine.limits
     body = await _parse(request, limits, speech_body)
@@ -282,7 +282,7 @@ def create_app(engine: SpeechEngine, allowed_hosts: tuple[str, ...] | None = Non
 
     The routes are closures over the engine that hand the request to the module's ``_speech`` / ``_health``; the
     streaming is ``speech_stream``'s."""
-    from fastapi import FastAPI, Request
+    from fastapi import FastAPI, Request  # fastapi is the serve extra
 
     speech_body, audio_response = _speech_body_class(), _response_class()
     app = FastAPI(title="myxtts", docs_url=None, redoc_url=None)
@@ -302,7 +302,7 @@ def uvicorn_config(engine: SpeechEngine, host: str, port: int, log_level: str = 
                    allowed_hosts: tuple[str, ...] = (), **options: Any):
     """The uvicorn configuration ``serve`` runs ``create_app(engine)`` with (the tests run the same): the host
     names of the bind (``allowed_hosts_for``, plus ``allowed_hosts``) and ``max_connections``."""
-    import uvicorn
+    import uvicorn  # uvicorn is the serve extra
 
     app = create_app(engine, allowed_hosts_for(host, tuple(allowed_hosts)))
     return uvicorn.Config(app, host=host, port=port, log_level=log_level,
@@ -314,7 +314,7 @@ def serve(engine: SpeechEngine, host: str = "127.0.0.1", port: int = 8000, log_l
           shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE, allowed_hosts: tuple[str, ...] = ()) -> None:
     """Serve until SIGTERM or Ctrl-C, then shut down within ``shutdown_grace`` seconds (module docstring) and
     return; the caller closes the engine."""
-    import uvicorn
+    import uvicorn  # uvicorn is the serve extra
 
     if not isinstance(shutdown_grace, (int, float)) or not math.isfinite(shutdown_grace) or shutdown_grace < 0:
         raise ValueError(f"shutdown_grace must be a number of seconds >= 0, got {shutdown_grace!r}.")

@@ -26,7 +26,7 @@ def head_deadline_protocol(header_timeout: float) -> type:
     as it likes (slowloris). The deadline starts when the connection opens and again when a response ends; the
     complete head (h11's ``Request`` event, which starts a request-response cycle) disarms it; the body has its own
     limit (``body_timeout``, where ``http.create_app``'s speech route reads the body)."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.http.h11_impl import H11Protocol  # uvicorn is the serve extra
 
     class HeadDeadlineProtocol(H11Protocol):
         head_deadline: asyncio.TimerHandle | None = None

@@ -14,7 +14,7 @@ LOG = logging.getLogger("myxtts.serve")
 
 def _refusal(status: int, message: str, code: str):
     """An error in OpenAI's shape (as ``http._error``), closing the connection."""
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse  # fastapi is the serve extra
 
     return JSONResponse(status_code=status, headers={"Connection": "close"},
                         content={"error": {"message": message, "type": "invalid_request_error", "param": None,

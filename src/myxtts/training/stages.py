@@ -9,6 +9,8 @@ import math
 import time
 from typing import Any, Iterator
 
+from tqdm import tqdm
+
 
 class StagedRun:
     """What both trainers share around their stages: subclasses append the locks they take to ``self.locks``, and
@@ -69,6 +71,4 @@ class TrainingClock:
 
 def progress_bar(total: int, initial: int, enabled: bool) -> Any:
     """A tqdm bar of optimizer steps (disabled: every call a no-op)."""
-    from tqdm import tqdm
-
     return tqdm(total=total, initial=initial, disable=not enabled, unit="step", dynamic_ncols=True)

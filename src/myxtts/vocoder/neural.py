@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from myxtts.mel import MelFrontend
 from myxtts.config import VocoderConfig, load_config, save_config
@@ -167,8 +168,6 @@ def restore_generator(path: str | Path, cfg: Any, generator: Any, discriminators
 
 def _checkpoint_children(checkpoint: str) -> set[str]:
     """Names of the objects a checkpoint saved at its root (a run: generator, discriminators, optimizers...)."""
-    from tensorflow.core.protobuf import trackable_object_graph_pb2
-
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
     graph.ParseFromString(tf.train.load_checkpoint(checkpoint).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
     return {child.local_name for child in graph.nodes[0].children}
