@@ -16,6 +16,10 @@ import time
 
 LONG_TEXT = " ".join(["The committee met again in the morning, and the report was read aloud."] * 12)
 BURST_SIZE = 80  # requests at once: past the requests-in-flight limit (64 by default)
+# every abuse kind the abused phases run (``serve_faults.py --skip-abuse`` takes these names)
+KINDS = ("huge_content_length", "input_100kb", "malformed_json", "unknown_voice", "nan_speed", "cross_site_origin",
+         "foreign_host", "text_plain", "burst", "disconnect", "stop_reading", "slowloris", "slow_readers",
+         "idle_connections")
 SLOW_READERS = 8  # streams at once, each read SLOW_READ_BYTES every SLOW_READ_PAUSE seconds
 SLOW_READ_BYTES, SLOW_READ_PAUSE = 2048, 0.5
 # a slow reader's receive buffer (the kernel doubles it): small, so the server's sends block soon, as they would for

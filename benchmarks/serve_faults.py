@@ -66,7 +66,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import REPO, child_environment, paired_ratios, spread, write_report  # noqa: E402
 from serve import free_port, paragraphs, peak_memory_gb, request, wait_for  # noqa: E402
-from serve_abusers import (LONG_TEXT, OTHER_ABUSER_CONNECTIONS, Abusers, connect, open_idle,  # noqa: E402
+from serve_abusers import (KINDS, LONG_TEXT, OTHER_ABUSER_CONNECTIONS, Abusers, connect, open_idle,  # noqa: E402
                            raw_request, read_until_end, speech_body, status_of)
 from myxtts.machine import machine  # noqa: E402
 
@@ -245,7 +245,7 @@ def main() -> None:
     parser.add_argument("--no-small-batches", action="store_true",
                         help="the server compiles its batch size alone (every batch padded to it), not also the "
                              "smaller powers of two")
-    parser.add_argument("--skip-abuse", action="append", default=[], metavar="KIND",
+    parser.add_argument("--skip-abuse", action="append", default=[], choices=KINDS, metavar="KIND",
                         help="leave this abuse kind out of the abused phases (repeatable): which abuse costs what")
     parser.add_argument("--json", default=None)
     parser.add_argument("--plot", default=None)
