@@ -117,7 +117,7 @@ def teacher_forced_focus(synthesizer, entries, pool, batch_size: int) -> list[fl
     import tensorflow as tf
 
     from myxtts.audio import load_audio
-    from myxtts.evaluation.evaluate import pick_reference
+    from myxtts.data.corpus import pick_reference
     from myxtts.evaluation.metrics import focus_rate
     from myxtts.text import PAD_ID
 
@@ -152,7 +152,7 @@ def teacher_forced_focus(synthesizer, entries, pool, batch_size: int) -> list[fl
 def measure(synthesizer, entries, pool, judge: SpeakerJudge | None, batch_size: int) -> dict:
     """One split's figures at one checkpoint: means, then per-sentence items."""
     from myxtts.audio import load_audio
-    from myxtts.evaluation.evaluate import pick_reference
+    from myxtts.data.corpus import pick_reference
     from myxtts.evaluation.listening_measures import listen
     from myxtts.evaluation.metrics import mel_cepstral_distortion
 

@@ -283,6 +283,8 @@ def real_main(args: argparse.Namespace) -> None:
         sys.exit("Error: NISQA's script runs in this Python and needs pandas: .venv/bin/pip install pandas.")
     texts = sets.held_out_texts(BUNDLED_METADATA, args.texts)
     speaker_sets, manifest = sets.held_out_sets(Path(args.cache))
+    if args.seen_speakers:
+        speaker_sets.update(sets.seen_sets(Path(args.cache), args.seen_speakers))
     choice = None if args.vocoder == "own" else args.vocoder
     synthesizer = Synthesizer.from_run(args.run, config=overridden_config(args.run, args.set), batch_size=args.batch_size,
                                        truncate_long=True, vocoder=choice)
@@ -341,6 +343,9 @@ def main() -> None:
     parser.add_argument("--conditions", default=",".join(("full", "3s", "6s", "10s", "3clips")),
                         help="reference conditions, comma-separated: full, 3s, 6s, 10s, 3clips")
     parser.add_argument("--limit-speakers", type=int, default=None, help="the first K speakers of each set")
+    parser.add_argument("--seen-speakers", type=int, default=0, metavar="K",
+                        help="also K speakers of each set the base trained on (sets 'SET seen'): memorised voices "
+                             "beside the held-out ones")
     parser.add_argument("--nisqa", default=None, help="the NISQA-TTS folder (nisqa_mos.py): naturalness")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--vocoder", default=None,

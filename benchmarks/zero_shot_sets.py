@@ -3,6 +3,7 @@
 - ``held_out_sets``: a prepared cache's held-out speakers (``splits.held_out`` of its manifest; never trained on),
   grouped by the corpus before the ":" of their names (``librispeech-251``, ``commonvoice-en``), each speaker's clips
   sorted by utterance id, read from the 22,050 Hz WAV stored beside each utterance file.
+- ``seen_sets``: as many speakers of each set that the base trained on, for comparison (memorised voices).
 - ``split_voice``: the reference and the centroid clips of one speaker: the first clip conditions the model, the
   others make the centroid; a speaker with one clip gives its first half as the reference, its second half as the
   centroid.
@@ -51,28 +52,57 @@ class Voice:
     halved: bool  # True: one clip, split in two
 
 
-def held_out_sets(cache_dir: Path) -> tuple[dict[str, list[Speaker]], dict]:
-    """The cache's held-out speakers by set (speakers in the manifest's ``held_out_speakers`` order), and the
-    manifest. SystemExit naming what is missing when the cache has no held-out split."""
-    from myxtts.data.cache import audio_file
-    from myxtts.data.cache_manifest import load_index
-
+def read_manifest(cache_dir: Path) -> dict:
+    """The cache's manifest; SystemExit naming the file when it is missing."""
     manifest_path = cache_dir / "manifest.json"
     if not manifest_path.is_file():
         raise SystemExit(f"Error: {manifest_path} does not exist: give a prepared cache (myxtts prepare).")
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    held_out = set(manifest.get("splits", {}).get("held_out", []))
-    if not held_out:
-        raise SystemExit(f"Error: the cache {cache_dir} has no held-out speakers (manifest splits.held_out).")
+    return json.loads(manifest_path.read_text(encoding="utf-8"))
+
+
+def speaker_clips(cache_dir: Path, manifest: dict, split: str) -> dict[str, list[tuple[str, Path]]]:
+    """Speaker name -> its (utterance id, audio file) pairs in the manifest's ``split``."""
+    from myxtts.data.cache import audio_file
+    from myxtts.data.cache_manifest import load_index
+
+    wanted = set(manifest.get("splits", {}).get(split, []))
     index = load_index(cache_dir, manifest)
     names = manifest["speakers"]
     clips: dict[str, list[tuple[str, Path]]] = {}
     for utterance_id, file, speaker_id in zip(index["ids"], index["files"], index["speaker_ids"]):
-        if str(utterance_id) in held_out:
-            path = cache_dir / audio_file(str(file))
-            clips.setdefault(names[int(speaker_id)], []).append((str(utterance_id), path))
+        if str(utterance_id) in wanted:
+            clips.setdefault(names[int(speaker_id)], []).append((str(utterance_id), cache_dir / audio_file(str(file))))
+    return clips
+
+
+def held_out_sets(cache_dir: Path) -> tuple[dict[str, list[Speaker]], dict]:
+    """The cache's held-out speakers by set (speakers in the manifest's ``held_out_speakers`` order), and the
+    manifest. SystemExit naming what is missing when the cache has no held-out split."""
+    manifest = read_manifest(cache_dir)
+    if not manifest.get("splits", {}).get("held_out"):
+        raise SystemExit(f"Error: the cache {cache_dir} has no held-out speakers (manifest splits.held_out).")
+    clips = speaker_clips(cache_dir, manifest, "held_out")
     order = [name for name in manifest.get("held_out_speakers", []) if name in clips]
     order += sorted(set(clips) - set(order))
+    return speaker_sets(clips, order), manifest
+
+
+def seen_sets(cache_dir: Path, count: int) -> dict[str, list[Speaker]]:
+    """``count`` speakers of each set that the base trained on (the manifest's train split), for comparison with
+    the held-out ones: memorised voices against voices generalised to. The speakers with the most training clips
+    first (ties by name), so the centroid is another clip wherever the corpus has one; the set is named
+    ``SET seen``."""
+    manifest = read_manifest(cache_dir)
+    clips = speaker_clips(cache_dir, manifest, "train")
+    by_set: dict[str, list[str]] = {}
+    for name in sorted(clips, key=lambda name: (-len(clips[name]), name)):
+        by_set.setdefault(name.split(":", 1)[0], []).append(name)
+    order = [name for names in by_set.values() for name in names[:count]]
+    return {f"{set_name} seen": speakers for set_name, speakers in speaker_sets(clips, order).items()}
+
+
+def speaker_sets(clips: dict[str, list[tuple[str, Path]]], order: list[str]) -> dict[str, list[Speaker]]:
+    """The speakers of ``order`` grouped by set, each one's clips sorted by id; SystemExit when audio is missing."""
     sets: dict[str, list[Speaker]] = {}
     for name in order:
         ordered = sorted(clips[name])
@@ -82,7 +112,7 @@ def held_out_sets(cache_dir: Path) -> tuple[dict[str, list[Speaker]], dict]:
                              "stores each clip's audio beside its utterance file).")
         speaker = Speaker(name, [i for i, _ in ordered], [p for _, p in ordered])
         sets.setdefault(speaker.set_name, []).append(speaker)
-    return sets, manifest
+    return sets
 
 
 def split_voice(speaker: Speaker, load: Callable[[Path], np.ndarray]) -> Voice:

@@ -25,6 +25,7 @@ def _events(folder) -> dict[int, dict[str, str]]:
 @pytest.mark.slow
 def test_listening_while_training_parallel_decoder(prepared_cache, tmp_path):
     from myxtts.evaluation.listening_measures import recognizer_available
+    from myxtts.synthesis import Synthesizer
     from myxtts.training import Trainer
 
     training = {"max_steps": 2, "warmup_steps": 1, "log_every": 1, "validate_every": 1, "checkpoint_every": 2,
@@ -34,7 +35,7 @@ def test_listening_while_training_parallel_decoder(prepared_cache, tmp_path):
     cfg = parallel_config(prepared_cache, data={"num_buckets": 1, "max_mel_frames": 640}, training=training,
                           audio={"griffin_lim_iters": 4})
     lines: list[str] = []
-    trainer = Trainer(cfg, tmp_path / "run", progress=False, echo=lines.append)
+    trainer = Trainer(cfg, tmp_path / "run", progress=False, echo=lines.append, listen_with=Synthesizer)
     summary = trainer.run()
 
     listener = trainer.listener
@@ -92,3 +93,13 @@ def test_listen_sentences_range(value):
 
     with pytest.raises(ValueError, match="training.listen_sentences"):
         config_from_dict({"training": {"listen_sentences": value}})
+
+
+def test_a_trainer_given_no_synthesizer_says_it_does_not_listen(prepared_cache):
+    from myxtts.training.listener import Listener
+
+    cfg = parallel_config(prepared_cache, training={"listen_sentences": 2})
+    lines: list[str] = []
+    assert Listener.create(cfg, None, None, None, pipeline=object(), chief=True, synthesizer=None,
+                           echo=lines.append) is None
+    assert len(lines) == 1 and "listening: skipped" in lines[0] and "training.listen_sentences: 0" in lines[0]

@@ -259,6 +259,7 @@ def test_fine_tuning_on_an_acoustic_models_teacher_forced_mels(vocoder_cfg, trai
 
     from myxtts.data.cache import FeatureCache, read_utterance
     from myxtts.data.prepare import prepare
+    from myxtts.synthesis.acoustic_mels import write_acoustic_mels
     from myxtts.training.vocoder_trainer import train_vocoder
 
     corpus = tmp_path / "corpus"
@@ -281,8 +282,8 @@ def test_fine_tuning_on_an_acoustic_models_teacher_forced_mels(vocoder_cfg, trai
     base = tmp_path / "base"  # a copy: the fine-tuned vocoder is installed into it
     shutil.copytree(REPO_ROOT / "pretrained" / "base-espeak-tiny", base)
     lines_out = []
-    summary = train_vocoder(cfg, tmp_path / "finetuned", init_from=workdir, acoustic_run=base, progress=False,
-                            echo=lines_out.append)
+    summary = train_vocoder(cfg, tmp_path / "finetuned", init_from=workdir, acoustic_run=base,
+                            write_acoustic_mels=write_acoustic_mels, progress=False, echo=lines_out.append)
     assert summary["steps"] == 4 and summary["retraces_after_warmup"] == 0
     assert any("generator and discriminators" in line for line in lines_out), lines_out
     record = json.loads((tmp_path / "finetuned" / "vocoder.json").read_text())
@@ -308,8 +309,6 @@ def test_fine_tuning_on_an_acoustic_models_teacher_forced_mels(vocoder_cfg, trai
         assert generated.shape == real.shape  # teacher-forced: the clip's own frames, aligned with its audio
         assert 0.05 < float(np.mean(np.abs(generated - real))) < 2.0  # the model's mel, near the real one
     # a resumed or repeated run reuses the mels of the same checkpoint
-    from myxtts.training.acoustic_mels import write_acoustic_mels
-
     lines_out.clear()
     write_acoustic_mels(cfg, base, mels, progress=False, echo=lines_out.append)
     assert lines_out and lines_out[0].startswith("acoustic mels: reusing")

@@ -136,6 +136,7 @@ def _train(setup: DemoSetup, fresh: bool) -> dict[str, Any]:
     """Stage 3: train (or resume) the demo's run; with --fresh the earlier run is set aside meanwhile, put back if
     the training fails, discarded once it stands. A Ctrl-C ends the command here, its checkpoint saved."""
     from myxtts.outputs import RUN
+    from myxtts.synthesis import Synthesizer
     from myxtts.training import run
 
     run_dir = setup.run_dir
@@ -147,7 +148,8 @@ def _train(setup: DemoSetup, fresh: bool) -> dict[str, Any]:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_marker(run_dir, "demo", RUN)
     try:
-        train_summary = run(setup.cfg, run_dir, resume=has_checkpoint and not fresh, stop_on_signals=True)
+        train_summary = run(setup.cfg, run_dir, resume=has_checkpoint and not fresh, stop_on_signals=True,
+                            listen_with=Synthesizer)
     except BaseException:
         if earlier is not None:  # the new run failed: the earlier one comes back as it was
             from myxtts.outputs import put_back

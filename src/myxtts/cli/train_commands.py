@@ -32,10 +32,12 @@ def train_command(config_path: str, workdir: str | None, resume: bool, init_from
         overrides = (*overrides, f"training.init_from={Path(init_from).resolve()}")
     cfg = load(config_path, overrides)
     workdir = workdir or str(Path("runs") / Path(config_path).stem)
+    from myxtts.synthesis import Synthesizer
     from myxtts.training import run
     from myxtts.training.interrupt import die_by
 
-    summary = run(cfg, workdir, resume=resume, progress=not no_progress, echo=click.echo, stop_on_signals=True)
+    summary = run(cfg, workdir, resume=resume, progress=not no_progress, echo=click.echo, stop_on_signals=True,
+                  listen_with=Synthesizer)
     if summary["interrupted_by"]:  # stopped by Ctrl-C / SIGTERM at a checkpoint: not a finished run
         die_by(summary["interrupted_by"])
     return summary

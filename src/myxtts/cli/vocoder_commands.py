@@ -40,9 +40,11 @@ def train_vocoder_command(config_path: str, workdir: str | None, resume: bool, i
 
     if acoustic_run is not None:  # refused before anything is loaded or written
         check_outside_acoustic_run(workdir, acoustic_run)
+    from myxtts.synthesis.acoustic_mels import write_acoustic_mels
     from myxtts.training.vocoder_trainer import train_vocoder
     summary = train_vocoder(cfg, workdir, resume=resume, init_from=init_from, acoustic_run=acoustic_run,
-                            progress=not no_progress, echo=click.echo, stop_on_signals=True)
+                            write_acoustic_mels=write_acoustic_mels, progress=not no_progress, echo=click.echo,
+                            stop_on_signals=True)
     if summary["interrupted_by"]:
         die_by(summary["interrupted_by"])
     return summary

@@ -73,6 +73,11 @@ class DataConfig:
     # itself as the reference (at most reference_frames, at most half the clip) whose frames the mel losses do not
     # score (XTTS's masked prompt), so the model cannot score by copying it. Validation always uses other clips.
     single_clip_policy: Literal["skip", "slice"] = "skip"
+    # speaker augmentation (myxtts.data.voice_warp): each training example's target mel, reference mel and F0 are
+    # moved along the frequency axis by one factor exp(u), u ~ U(-voice_warp, voice_warp) (formants and harmonics
+    # together, as speed perturbation without its tempo change), so every speaker is heard as a range of voices.
+    # 0: off; at most 0.5. Validation is never warped.
+    voice_warp: float = 0.0
     shuffle_buffer_size: int = 65536  # row indices (4 bytes each); >= utterances: a full uniform shuffle, else a
     # sliding window over a seeded permutation of the split (every window spans all speakers)
     seed: int = 1234

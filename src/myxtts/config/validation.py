@@ -139,6 +139,9 @@ def _check_model_keys(cfg: Config) -> None:
     if m.pitch_variation != 1.0 and not m.pitch_conditioning:
         raise ConfigError(f"Config key 'model.pitch_variation' ({m.pitch_variation}) does nothing without pitch "
                          "conditioning: set 'model.pitch_conditioning: true' or leave it at 1.")
+    if not 0.0 <= d.voice_warp <= 0.5:  # NaN fails too
+        raise ConfigError(f"Config key 'data.voice_warp' must be in [0, 0.5] (the largest |log| of the frequency "
+                         f"factor; 0: off), got {d.voice_warp}.")
     discriminator = m.mel_adversarial_weight > 0 or m.mel_feature_matching_weight > 0
     if discriminator and d.single_clip_policy == "slice":
         raise ConfigError("Config keys 'model.mel_adversarial_weight' / 'model.mel_feature_matching_weight' > 0 are "

@@ -141,3 +141,12 @@ def read_list(list_file: Path, language: str = "en") -> CorpusReadResult:
         entry = CorpusEntry(utterance_id, audio_path, fields[1].strip(), speaker, entry_language, line_number)
         accept_entry(entry, list_file, seen, result)
     return result
+
+
+def pick_reference(entry: CorpusEntry, pool: list[CorpusEntry]) -> CorpusEntry:
+    """Another clip of the same speaker (the next in corpus order), else the clip itself."""
+    same = [e for e in pool if e.speaker == entry.speaker and e.id != entry.id]
+    if not same:
+        return entry
+    later = [e for e in same if e.line_number > entry.line_number]
+    return (later or same)[0]

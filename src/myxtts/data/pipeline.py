@@ -74,6 +74,7 @@ from myxtts.data.mel_stats import MelStats
 from myxtts.data.service import distribute
 from myxtts.data.sources import (CacheSource, WavSource, pick_reference_row, self_slice, single_clip_rows,
                                  speaker_tables)
+from myxtts.data.voice_warp import VoiceWarp
 from myxtts.errors import InputError
 
 # The pipeline's functions are plain TF ops with no Python control flow on tensors, so tf.data need not run
@@ -148,6 +149,9 @@ class InputPipeline:
                            ", ".join(self.single_clip_ids[:10]) + (" ..." if len(self.single_clip_ids) > 10 else ""))
         usable = (self.row_buckets[split_rows] >= 0) & (~alone[split_rows] | sliced)
         self.rows = split_rows[usable]  # [fitting utterances of the split that have a reference]
+        # speaker augmentation (data.voice_warp), training examples only: validation hears the corpus's own voices
+        self.voice_warp = (VoiceWarp(d.voice_warp, s.n_mels, cfg.audio.fmin, cfg.audio.fmax, self.mel_stats)
+                           if d.voice_warp > 0 and split == "train" else None)
         if self.rows.size == 0:
             raise InputError(f"No {split} utterance fits the bucket plan ({self.plan.describe()}); raise "
                              "data.max_text_length / data.max_mel_frames (see `myxtts stats`) or add a second "
@@ -327,6 +331,10 @@ class InputPipeline:
                 dataset = dataset.repeat()
             dataset = dataset.map(parse, num_parallel_calls=parallel)
         dataset = dataset.enumerate().map(add_reference, num_parallel_calls=parallel)
+        if self.voice_warp is not None:  # target, reference and F0 of an example warped together: one new voice
+            dataset = dataset.enumerate().map(graph_only(lambda position, element: self.voice_warp(
+                element, tf.stack([tf.constant(d.seed + 1, tf.int64), tf.cast(position, tf.int64)]))),
+                num_parallel_calls=parallel)
         dataset = dataset.group_by_window(key_func=bucket_key, reduce_func=self._batch_bucket,
                                           window_size_func=self._window_size)
         if self.steps_per_execution > 1:  # K consecutive batches of one bucket -> one [K, batch, ...] block

@@ -32,7 +32,7 @@ import tensorflow as tf
 from myxtts.audio import load_audio
 from myxtts.config import Config
 from myxtts.data.cache_manifest import read_manifest
-from myxtts.data.corpus import CorpusEntry, read_config_corpus, read_corpus
+from myxtts.data.corpus import pick_reference, read_config_corpus, read_corpus
 from myxtts.data.splits import validation_ids
 from myxtts.errors import InputError
 from myxtts.evaluation.metrics import attention_diagonality, focus_rate, mel_cepstral_distortion
@@ -72,15 +72,6 @@ def corpus_entries(cfg: Config, data: str | os.PathLike | None) -> tuple[list[Co
     if not selected:
         raise InputError(f"The run has no held-out clips ({source}); pass --data CORPUS.")
     return selected, entries, source
-
-
-def pick_reference(entry: CorpusEntry, pool: list[CorpusEntry]) -> CorpusEntry:
-    """Another clip of the same speaker (the next in corpus order), else the clip itself."""
-    same = [e for e in pool if e.speaker == entry.speaker and e.id != entry.id]
-    if not same:
-        return entry
-    later = [e for e in same if e.line_number > entry.line_number]
-    return (later or same)[0]
 
 
 def teacher_forced_fit(forced: TeacherForced, real_mel: np.ndarray) -> dict[str, float]:

@@ -2,8 +2,9 @@
 
 ``Listener.create`` picks ``training.listen_sentences`` validation utterances once (cache order, one per speaker
 first): cached tokens, the transcript (corpus metadata, for the CER) and a reference, the next utterance of the
-same speaker (its cached log mel, centre-cropped, normalised). A ``Synthesizer`` on the model being trained decodes
-them as one batch; ``warm_up`` creates every compiled function that batch can use, has the trainer watch them and
+same speaker (its cached log mel, centre-cropped, normalised). A synthesiser on the model being trained decodes them
+as one batch, built by the ``synthesizer`` the trainer was given (``myxtts.synthesis.Synthesizer``: the commands give
+it; training sits below no synthesis code, so the caller hands the listener what it needs); ``warm_up`` creates every compiled function that batch can use, has the trainer watch them and
 traces them once. Each call logs audio (Griffin-Lim), mel and alignment to ``tensorboard/listening`` and a
 ``listening`` record (frames, pocketsphinx transcript and CER when installed, ``traces_after_warmup``) to
 metrics.jsonl. A parallel decoder whose early durations exceed data.max_mel_frames is heard cut there."""
@@ -21,7 +22,6 @@ from myxtts.data.cache import FeatureCache
 from myxtts.data.corpus import read_config_corpus
 from myxtts.data.mel_stats import reference_crop
 from myxtts.evaluation import listening_measures
-from myxtts.synthesis import Synthesizer
 from myxtts.training.reporting import MetricsLog, summary_image
 
 
@@ -58,10 +58,16 @@ class Listener:
 
     @classmethod
     def create(cls, cfg: Any, model: Any, vocabulary: Any, mel_stats: Any, pipeline: Any, chief: bool,
-               echo: Callable[[str], None] = print) -> "Listener | None":
-        """None without listen_sentences, validation split or chief, or under a distribution strategy."""
+               synthesizer: Callable[..., Any] | None, echo: Callable[[str], None] = print) -> "Listener | None":
+        """``synthesizer(cfg, model, vocabulary, mel_stats=, batch_size=, truncate_long=)`` builds what decodes the
+        sentences (``myxtts.synthesis.Synthesizer``). None without listen_sentences, validation split, chief or
+        ``synthesizer``, or under a distribution strategy."""
         t = cfg.training
         if not t.listen_sentences or not chief:
+            return None
+        if synthesizer is None:
+            echo("listening: skipped (this trainer was given no synthesizer to listen with; the train command gives "
+                 "one); training.listen_sentences: 0 says so in the config")
             return None
         if t.distribution != "none" or pipeline is None:
             why = f"training.distribution is {t.distribution!r}" if pipeline is not None else "no validation split"
@@ -83,11 +89,11 @@ class Listener:
             sentences.append(Sentence(cache.ids[row], cache.utterance_tokens(row).copy(), texts.get(cache.ids[row]),
                                       cache.ids[other], mel, length))
         # an early duration predictor asks for far too many frames: hear the cut output
-        synthesizer = Synthesizer(cfg, model, vocabulary, mel_stats=mel_stats, batch_size=len(sentences),
-                                  truncate_long=True)
+        decoding = synthesizer(cfg, model, vocabulary, mel_stats=mel_stats, batch_size=len(sentences),
+                               truncate_long=True)
         echo(f"listening: {len(sentences)} validation sentence(s) synthesised free-running at each validation: "
              + ", ".join(f"{s.id} (voice of {s.reference_id})" for s in sentences))
-        return cls(cfg, synthesizer, sentences)
+        return cls(cfg, decoding, sentences)
 
     def warm_up(self, watch: Callable[[Any, str], Callable]) -> float:
         """Create the compiled functions the batch can use, wrap each in ``watch(function, name)`` (the trainer's

@@ -122,15 +122,17 @@ class Trainer(StagedRun):
     def __init__(self, cfg: Config, workdir: str | Path, resume: bool = False, *, progress: bool = True,
                  echo: Callable[[str], None] = print,
                  batch_filter: Callable[[int, dict], dict] | None = None, feed_device: str | None = "auto",
-                 stop_on_signals: bool = False):
+                 stop_on_signals: bool = False, listen_with: Callable[..., Any] | None = None):
         """``batch_filter(step, batch)`` rewrites each training batch (tests inject faults); keep None.
+        ``listen_with``: what builds the listener's synthesiser (``myxtts.synthesis.Synthesizer``; training.
+        listen_sentences); None: no listening, said once.
         ``stop_on_signals``: Ctrl-C / SIGTERM end the loop at a checkpoint (training/interrupt.py; the commands).
         ``feed_device``: where batches are copied one step ahead ("auto": the GPU when data.prefetch_to_gpu
         and one exists; None: nowhere; tests pass a CPU device to run the device-feed path)."""
         self.cfg, self.workdir, self.resume = cfg, Path(workdir), resume
         self.progress, self.echo, self.batch_filter = progress, echo, batch_filter
         self.locks: list[Any] = []  # released by run(), however it ends
-        self.stop_on_signals = stop_on_signals
+        self.stop_on_signals, self.listen_with = stop_on_signals, listen_with
         self.feed_device = feed_device  # resolved in stage_loop: listing devices here would start TF's context
         # before the strategy exists (MultiWorkerMirroredStrategy must configure collectives first)
         # kept by run() for a look after it (tests, explain-retracing); the stages pass them to each other
@@ -278,7 +280,7 @@ class Trainer(StagedRun):
             summary_function = traces.watch(function, "summary_forward") if t.enable_graph_mode else \
                 function.python_function
         listener = Listener.create(self.cfg, built.model, data.vocabulary, data.mel_stats, data.validation_pipeline,
-                                   setup.chief, self.echo)
+                                   setup.chief, self.listen_with, self.echo)
         compiled = CompiledRun(traces=traces, summary_function=summary_function, summary_batch=summary_batch,
                                listener=listener, warmup={}, warmup_total=0.0,
                                warmup_names=steps.warmup_names)

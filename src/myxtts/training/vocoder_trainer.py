@@ -35,7 +35,6 @@ from myxtts.locks import DirectoryBusyError, lock_cache_for_reading, lock_run_di
 from myxtts.outputs import (VOCODER_RUN, OutputRefused, check_outside_acoustic_run, check_workdir, read_marker,
                             write_marker)
 from myxtts.run_dir import RunDir
-from myxtts.training.acoustic_mels import write_acoustic_mels
 from myxtts.training.checkpoint import Checkpoints
 from myxtts.training.interrupt import StopOnSignals
 from myxtts.training.loop import LoopState, run_loop
@@ -63,6 +62,9 @@ def check_vocoder_keys(cfg: Config) -> None:
         if getattr(cfg.training, key) != getattr(defaults, key):
             raise VocoderTrainingError(f"Config key 'training.{key}' ({getattr(cfg.training, key)!r}) does nothing in "
                                        "train-vocoder (it configures the acoustic trainer); remove it.")
+    if cfg.data.voice_warp:  # the vocoder learns the clips' own audio: a warped mel would not match it
+        raise VocoderTrainingError(f"Config key 'data.voice_warp' ({cfg.data.voice_warp}) does nothing in "
+                                   "train-vocoder (it warps the acoustic model's training mels); remove it.")
     if cfg.training.mixed_precision == "float16":  # bfloat16 needs no loss scaling; float16 would
         raise VocoderTrainingError("Config key 'training.mixed_precision' is 'float16', which train-vocoder does not "
                                    "support (it would need loss scaling in both GAN updates); use 'bfloat16' (the "
@@ -116,13 +118,14 @@ class VocoderTrainer(StagedRun):
     """``run()`` reads top to bottom: each stage takes what the stages before it returned."""
 
     def __init__(self, cfg: Config, workdir: str | Path, resume: bool = False, *, init_from: str | Path | None = None,
-                 acoustic_run: str | Path | None = None, progress: bool = True, echo: Callable[[str], None] = print,
-                 stop_on_signals: bool = False) -> None:
+                 acoustic_run: str | Path | None = None, write_acoustic_mels: Callable[..., Path] | None = None,
+                 progress: bool = True, echo: Callable[[str], None] = print, stop_on_signals: bool = False) -> None:
         """``init_from``: a vocoder (run or packed) whose generator (and discriminators, when it has them) start
-        this run; ``acoustic_run``: train on that acoustic model's teacher-forced mels of the cache's clips
-        (``training.acoustic_mels``) instead of the recordings' mels."""
+        this run; ``acoustic_run``: train on that acoustic model's teacher-forced mels of the cache's clips instead
+        of the recordings' mels, written by ``write_acoustic_mels(cfg, acoustic_run, out_dir, progress, echo)``
+        (``myxtts.synthesis.acoustic_mels``; the command gives it)."""
         self.cfg, self.workdir, self.resume = cfg, Path(workdir), resume
-        self.init_from, self.acoustic_run = init_from, acoustic_run
+        self.init_from, self.acoustic_run, self.write_acoustic_mels = init_from, acoustic_run, write_acoustic_mels
         self.progress, self.echo, self.stop_on_signals = progress, echo, stop_on_signals
         self.locks: list[Any] = []  # released by run(), however it ends
 
@@ -143,6 +146,9 @@ class VocoderTrainer(StagedRun):
         check_vocoder_keys(self.cfg)
         if self.acoustic_run is not None:  # RUN/vocoder is where the trained generator is installed
             check_outside_acoustic_run(self.workdir, self.acoustic_run)
+            if self.write_acoustic_mels is None:
+                raise VocoderTrainingError("Training on an acoustic run's mels needs what writes them: pass "
+                                           "write_acoustic_mels=myxtts.synthesis.acoustic_mels.write_acoustic_mels.")
         new = check_workdir(self.workdir, "train-vocoder", VOCODER_RUN)  # refused before any write
         t = self.cfg.training
         if t.deterministic:
@@ -172,7 +178,7 @@ class VocoderTrainer(StagedRun):
         self.locks.append(lock_cache_for_reading(self.cfg.cache_dir, self.echo))
         mel_dir = None  # None: the recordings' mels of the cache
         if self.acoustic_run is not None:
-            mel_dir = write_acoustic_mels(self.cfg, self.acoustic_run, RunDir(self.workdir).acoustic_mels,
+            mel_dir = self.write_acoustic_mels(self.cfg, self.acoustic_run, RunDir(self.workdir).acoustic_mels,
                                           self.progress, self.echo)
         segments = VocoderSegments(self.cfg, "train", mel_dir=mel_dir)
         data = VocoderData(segments=segments, signature=segments.signature(),

@@ -7,8 +7,8 @@ exactly the clip's frames, aligned with the clip's audio. ``write_acoustic_mels`
 utterance-file layout (same relative paths) under a folder of the vocoder run, which ``VocoderSegments(mel_dir=)``
 reads instead of the cache's own mels. Clips longer than the model's ``data.max_mel_frames`` keep their first frames.
 
-It runs a trained acoustic model (synthesis, evaluation's reference choice) for ``train-vocoder --acoustic-run``, so it
-lives with training, above the packages it uses.
+It runs a trained acoustic model, so it lives with synthesis; ``train-vocoder --acoustic-run`` hands it to the vocoder
+trainer (``VocoderTrainer(write_acoustic_mels=)``), which imports no synthesis code.
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ import soundfile
 from tqdm import tqdm
 
 from myxtts.data.cache import FeatureCache, audio_file, write_utterance
-from myxtts.data.corpus import read_config_corpus
+from myxtts.data.corpus import pick_reference, read_config_corpus
 from myxtts.errors import InputError
-from myxtts.evaluation.evaluate import pick_reference
-from myxtts.synthesis import Synthesizer
+from myxtts.synthesis.synthesizer import Synthesizer
 from myxtts.synthesis.teacher_forcing import TeacherForcing
 from myxtts.vocoder.neural import audio_settings, check_audio_match
 
