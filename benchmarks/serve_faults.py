@@ -224,6 +224,19 @@ def engine_failure(port: int, url: str, trigger: Path, log_path: Path) -> dict:
             "traceback_in_log": "Traceback" in log and "InjectedEngineFailure" in log}
 
 
+def abusers_engine_share(phases: list[dict]) -> dict:
+    """Per round, the share of the abused phase's decoded pieces the abusers took: its pieces less what its
+    well-behaved requests would take at the quiet phase's pieces per request (the clients' texts are the same)."""
+    shares = []
+    for quiet, abused in zip(phases[0::2], phases[1::2]):
+        per_request = quiet["pieces_decoded"] / max(1, quiet["requests"])
+        theirs = abused["pieces_decoded"] - per_request * abused["requests"]
+        shares.append({"round": abused["round"], "pieces_decoded": abused["pieces_decoded"],
+                       "clients_pieces_estimated": round(per_request * abused["requests"], 1),
+                       "abusers_share": round(theirs / max(1, abused["pieces_decoded"]), 3)})
+    return {"rounds": shares}
+
+
 def stop_server(server: subprocess.Popen) -> None:
     """SIGTERM, and SIGKILL if it has not exited within a minute: no server outlives the benchmark."""
     server.terminate()
@@ -272,8 +285,12 @@ def main() -> None:
             phases = []
             for index in range(args.rounds):
                 for kind in ("quiet", "abused"):
+                    decoded_before = health_status(url)[1].get("pieces_served", 0)
                     threads = abusers.start(tuple(args.skip_abuse)) if kind == "abused" else []
                     result = clients_phase(url, args.clients, args.seconds, texts)
+                    # the engine's work in the phase (pieces decoded, every one also vocoded unless cancelled
+                    # between): against the quiet phase's pieces per request, what the abusers cost
+                    result["pieces_decoded"] = health_status(url)[1].get("pieces_served", 0) - decoded_before
                     abusers.stop.set()
                     waited = time.perf_counter()
                     deadline = waited + abusers.slow_reader_cap + 30  # a slow reader still open ends by then
@@ -308,6 +325,7 @@ def main() -> None:
                    "ttfa_p95": spread(p["ttfa_p95"] for p in abused),
                    "failed": sum(p["failed"] for p in abused), "requests": sum(p["requests"] for p in abused)},
         "ttfa_p95_abused_over_quiet": paired_ratios([p["ttfa_p95"] for p in abused], [p["ttfa_p95"] for p in quiet]),
+        "abusers_engine_share": abusers_engine_share(phases),
         "abusers": abuse,
         "health": {"polls": len(watch.health_seconds), "failures": watch.health_failures,
                    "slowest_seconds": max(watch.health_seconds, default=None),

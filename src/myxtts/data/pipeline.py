@@ -50,6 +50,10 @@ mel losses leave those frames unscored (XTTS's masked prompt): copying the refer
 never uses it (its references always come from other clips). Every batch of such a run carries
 ``reference_offsets`` (-1 for a reference from another clip).
 
+Speaker augmentation (``data.voice_warp``, training only): after the reference map, each example's target mel,
+reference mel and F0 move along the frequency axis by one drawn factor (``myxtts.data.voice_warp``): one voice that
+no clip has, the pair still one speaker. Validation hears the corpus's own voices.
+
 Several corpora (``data.corpora``): the training rows of each corpus are shuffled and repeated on their own and
 drawn with ``sample_from_datasets`` at the corpora's normalised weights (``corpus_weights``), before the parse
 map; validation reads its rows as they are.
