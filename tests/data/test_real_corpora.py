@@ -19,7 +19,8 @@ from myxtts.data.cache import FeatureCache
 from myxtts.data.corpus import corpus_sources, read_corpus
 from myxtts.data.pipeline import REFERENCE_OFFSET_KEY, InputPipeline
 from myxtts.data.prepare import prepare
-from myxtts.model.losses import compute_losses, loss_normalizers
+from myxtts.model.losses import compute_losses, loss_normalizers, scored_frame_mask
+from myxtts.model.mel_discriminator import MelDiscriminator, adversarial_losses
 
 REPO = Path(__file__).resolve().parents[2]
 COMMONVOICE = REPO / "data" / "commonvoice-bundled"
@@ -179,6 +180,25 @@ def test_a_one_clip_speaker_trains_and_its_reference_frames_are_not_scored(two_c
     wrong_outside[row, outside] += 5.0
     assert mel_loss(tf.constant(wrong_inside)) == 0.0
     assert mel_loss(tf.constant(wrong_outside)) > 0.0
+    # nor does the mel discriminator: its losses read the scored frames of the real and the made mel alone
+    discriminator = MelDiscriminator(channels=4)
+    discriminator.build((None, None, cfg.audio.n_mels))  # as the training step builds it
+    scored = scored_frame_mask(batch, batch["mel"].shape[1])
+
+    def adversarial(real, made):
+        return {key: float(value) for key, value in adversarial_losses(
+            discriminator, tf.constant(real), tf.constant(made), scored, tf.constant(100.0)).items()}
+
+    made = seen["mel"] + 0.5 * np.random.default_rng(0).standard_normal(seen["mel"].shape).astype(np.float32)
+    changed_inside = made.copy()
+    changed_inside[row, start:start + length] = -made[row, start:start + length]
+    real_inside = seen["mel"].copy()
+    real_inside[row, start:start + length] = 0.0
+    changed_outside = made.copy()
+    changed_outside[row, outside] -= 3.0
+    plain = adversarial(seen["mel"], made)
+    assert adversarial(real_inside, changed_inside) == plain
+    assert adversarial(seen["mel"], changed_outside) != plain
     counts = loss_normalizers(batch, cfg.audio.n_mels)
     total_frames = float(seen["mel_lengths"].sum())
     unscored = sum(float(seen["reference_lengths"][i]) for i in np.flatnonzero(seen[REFERENCE_OFFSET_KEY] >= 0))

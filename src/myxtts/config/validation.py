@@ -143,11 +143,6 @@ def _check_model_keys(cfg: Config) -> None:
         raise ConfigError(f"Config key 'data.voice_warp' must be in [0, 0.5] (the largest |log| of the frequency "
                          f"factor; 0: off), got {d.voice_warp}.")
     discriminator = m.mel_adversarial_weight > 0 or m.mel_feature_matching_weight > 0
-    if discriminator and d.single_clip_policy == "slice":
-        raise ConfigError("Config keys 'model.mel_adversarial_weight' / 'model.mel_feature_matching_weight' > 0 are "
-                         "not implemented with 'data.single_clip_policy: slice' (the mel discriminator would judge "
-                         "the frames a self-sliced reference gives away): set both weights to 0, or the policy to "
-                         "skip.")
     if m.mel_discriminator_channels is not None and not discriminator:
         raise ConfigError(f"Config key 'model.mel_discriminator_channels' ({m.mel_discriminator_channels}) does nothing "
                          "without the mel discriminator: set 'model.mel_adversarial_weight' or "

@@ -65,16 +65,18 @@ def _masked_mean(values: tf.Tensor, frame_mask: tf.Tensor, frames: tf.Tensor) ->
 
 
 def adversarial_losses(discriminator: MelDiscriminator, real_mel: tf.Tensor, generated_mel: tf.Tensor,
-                       mel_lengths: tf.Tensor, frames: tf.Tensor) -> dict[str, tf.Tensor]:
-    """Least-squares GAN losses on the real frames, each a sum over real frames divided by ``frames`` (the global
-    batch's real frame count, as the other losses: see ``model.losses``).
+                       frame_mask: tf.Tensor, frames: tf.Tensor) -> dict[str, tf.Tensor]:
+    """Least-squares GAN losses on the scored frames ``frame_mask`` [batch, frames] (``model.losses.
+    scored_frame_mask``: the real frames outside a reference cut from the target itself), each a sum over them
+    divided by ``frames`` (the global batch's scored frame count, as the other losses: see ``model.losses``). Both
+    mels reach the discriminator with the other frames zeroed, so neither a self-sliced reference's real frames nor
+    what the model made there can tell the two apart.
 
     ``mel_adversarial`` and ``mel_feature_matching`` train the model (the generated mel -> "real"; the L1 distance of
     the discriminator's features of the generated mel to the real mel's); ``mel_discriminator`` trains the
     discriminator (real -> 1, generated -> 0). Differentiate each against its own variables only: the
     discriminator's loss against the model's variables is not a loss of the model.
     """
-    frame_mask = tf.sequence_mask(mel_lengths, tf.shape(real_mel)[1])  # [batch, frames]
     real_features = discriminator(real_mel, frame_mask)
     generated_features = discriminator(generated_mel, frame_mask)
     real_logits, generated_logits = real_features[-1], generated_features[-1]  # [batch, frames, bins', 1]

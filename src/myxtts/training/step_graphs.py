@@ -38,6 +38,7 @@ import tensorflow as tf
 
 from myxtts.config import Config
 from myxtts.model import TTSModel, compute_losses, loss_normalizers
+from myxtts.model.losses import scored_frame_mask
 from myxtts.model.mel_discriminator import ADVERSARIAL_LOSS_KEYS, MelDiscriminator, adversarial_losses
 from myxtts.model.weight_average import CHECKPOINT_KEY as AVERAGE_KEY, WeightAverage
 from myxtts.training.distribute import replica_slice
@@ -150,9 +151,10 @@ class StepGraphs:
             losses = compute_losses(local, outputs, self.cfg, normalizers, step=self.optimizer.iterations)
             if self.adversarial:
                 m = self.cfg.model
-                frames = tf.maximum(normalizers["mel_elements"] / float(self.cfg.audio.n_mels), 1.0)
-                losses.update(adversarial_losses(self.discriminator, local["mel"], outputs["mel_after"],
-                                                 local["mel_lengths"], frames))
+                frames = tf.maximum(normalizers["scored_mel_elements"] / float(self.cfg.audio.n_mels), 1.0)
+                scored = scored_frame_mask(local, tf.shape(local["mel"])[1])  # [batch, frames]
+                losses.update(adversarial_losses(self.discriminator, local["mel"], outputs["mel_after"], scored,
+                                                 frames))
                 losses["total"] = losses["total"] + m.mel_adversarial_weight * losses["mel_adversarial"] \
                     + m.mel_feature_matching_weight * losses["mel_feature_matching"]
             loss = losses["total"]
