@@ -18,6 +18,7 @@ level of every round, the first rotating; each one's throughput and TTFA over th
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import random
@@ -48,21 +49,31 @@ def paragraphs(count: int, seed: int = 0) -> list[str]:
     return [f"{rng.choice(lines)} {rng.choice(lines)}" for _ in range(count)]
 
 
-def request(url: str, text: str, voice: str) -> dict:
+def request(url: str, text: str, voice: str, source: str | None = None) -> dict:
+    """One streamed request: time to its first audio bytes, its wall time and its audio's length. ``source``: the
+    loopback address to connect from (the server tells clients apart by address)."""
     body = json.dumps({"input": text, "voice": voice, "response_format": "pcm"}).encode()
+    host, port = url.removeprefix("http://").split(":")
     started = time.perf_counter()
+    connection = http.client.HTTPConnection(host, int(port), timeout=300,
+                                            source_address=(source, 0) if source else None)
     try:
-        req = urllib.request.Request(url + "/v1/audio/speech", data=body, headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=300) as response:
-            rate = int(response.headers["X-Sample-Rate"])
-            first = response.read(2)
-            ttfa = time.perf_counter() - started
-            total = len(first) + len(response.read())
+        connection.request("POST", "/v1/audio/speech", body, {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        if response.status != 200:
+            return {"ok": False, "error": f"HTTP {response.status}: {response.read()[:160]!r}",
+                    "wall": time.perf_counter() - started}
+        rate = int(response.headers["X-Sample-Rate"])
+        first = response.read(2)
+        ttfa = time.perf_counter() - started
+        total = len(first) + len(response.read())
         wall = time.perf_counter() - started
         audio = total / 2 / rate
         return {"ok": True, "ttfa": ttfa, "wall": wall, "audio": audio, "rtf": wall / max(audio, 1e-9)}
-    except (urllib.error.URLError, OSError, ValueError) as err:
+    except (http.client.HTTPException, OSError, ValueError) as err:
         return {"ok": False, "error": str(err)[:200], "wall": time.perf_counter() - started}
+    finally:
+        connection.close()
 
 
 def level_round(url: str, voice: str, clients: int, seconds: float, texts: list[str]) -> dict:

@@ -1,6 +1,7 @@
 """The abusers of ``benchmarks/serve_faults.py``: raw-socket requests to a ``myxtts serve`` process on 127.0.0.1 and
 ``Abusers``, one thread (or a few) per abuse kind, each kind bounded in count (the kinds and what each expects are
-listed in ``serve_faults.py``'s docstring).
+listed in ``serve_faults.py``'s docstring). Every abuser connects from one loopback address, ``ABUSER_ADDRESS``: one
+abusive host, as the server tells clients apart by address (the well-behaved clients have addresses of their own).
 
 Raw sockets, not urllib: an abuser must send what no well-behaved client library sends (a false Content-Length, a
 foreign Host, headers one byte a second) and see exactly what the server answers, or that it answered nothing.
@@ -14,6 +15,7 @@ import socket
 import threading
 import time
 
+ABUSER_ADDRESS = "127.0.0.2"
 LONG_TEXT = " ".join(["The committee met again in the morning, and the report was read aloud."] * 12)
 BURST_SIZE = 80  # requests at once: past the requests-in-flight limit (64 by default)
 # every abuse kind the abused phases run (``serve_faults.py --skip-abuse`` takes these names)
@@ -46,6 +48,7 @@ def connect(port: int, timeout: float, receive_buffer: int | None = None) -> soc
         connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
     connection.settimeout(timeout)
     try:
+        connection.bind((ABUSER_ADDRESS, 0))
         connection.connect(("127.0.0.1", port))
     except OSError:
         connection.close()
@@ -166,7 +169,8 @@ class Abusers:
         """Headers one byte a second; returns when the server closes the connection or the phase ends."""
         started = time.perf_counter()
         head = b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"a" * 10_000
-        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as connection:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5,
+                                      source_address=(ABUSER_ADDRESS, 0)) as connection:
             closed = False
             for byte in head:
                 if self.stop.is_set():

@@ -6,7 +6,9 @@ A real server process on 127.0.0.1 (``myxtts serve``, default limits), started t
 benchmark creates a trigger file (the last phase). Phases of ``--seconds`` alternate ``--rounds`` times: **quiet**
 (``--clients`` well-behaved clients, each a closed loop streaming a two-sentence paragraph, as
 ``benchmarks/serve.py``) and **abused** (the same clients while abusers run beside them: ``benchmarks/serve_abusers.py``).
-The abusers, one thread per kind (eight for the slow readers), each bounded in count:
+Each well-behaved client connects from a loopback address of its own (``client_address``: 127.0.1.N), the abusers
+all from one (``serve_abusers.ABUSER_ADDRESS``), as distinct hosts would: the server holds each address to
+``--max-requests-per-client``. The abusers, one thread per kind (eight for the slow readers), each bounded in count:
 
 - ``huge_content_length``: ``Content-Length: 1000000000`` and 10 bytes sent (413, or a close, within 2 s);
 - ``input_100kb``: a 100 KB input (413: over the body limit);
@@ -14,7 +16,7 @@ The abusers, one thread per kind (eight for the slow readers), each bounded in c
 - ``cross_site_origin``: a POST with ``Origin: http://evil.example`` (403: another site's page);
 - ``foreign_host``: a POST with ``Host: evil.example`` (403: DNS rebinding);
 - ``text_plain``: a POST with ``Content-Type: text/plain`` (415: a "simple" cross-site form or text request);
-- ``burst``: 80 requests at once (past the requests-in-flight limit: 429 with Retry-After for the excess), each
+- ``burst``: 80 requests at once (past the per-client and in-flight limits: 429 with Retry-After for the excess), each
   closed as soon as its status line arrives;
 - ``disconnect``: a many-piece request closed after its first audio bytes;
 - ``stop_reading``: a many-piece request whose client reads the first audio bytes and then nothing (the server
@@ -95,6 +97,11 @@ def health_status(url: str, timeout: float = 5.0) -> tuple[int | None, dict]:
         return None, {}
 
 
+def client_address(index: int) -> str:
+    """The loopback address well-behaved client ``index`` connects from (one host each)."""
+    return f"127.0.1.{index + 1}"
+
+
 def clients_phase(url: str, clients: int, seconds: float, texts: list[str]) -> dict:
     """``clients`` closed-loop clients for ``seconds``: time to first audio of every request, failures."""
     results, lock, stop_at = [], threading.Lock(), time.perf_counter() + seconds
@@ -102,7 +109,7 @@ def clients_phase(url: str, clients: int, seconds: float, texts: list[str]) -> d
     def client(index: int) -> None:
         position = index
         while time.perf_counter() < stop_at:
-            result = request(url, texts[position % len(texts)], "voice")
+            result = request(url, texts[position % len(texts)], "voice", client_address(index))
             position += clients
             with lock:
                 results.append(result)

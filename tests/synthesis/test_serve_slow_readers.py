@@ -1,6 +1,6 @@
 """`myxtts serve` against clients that read slowly and requests whose text is costly, over real HTTP on localhost:
-the audio held unsent is bounded for all requests together (``max_unsent_bytes``), a request has a total time
-(``request_timeout``), and a request's text work is bounded by ``max_pieces`` while splitting, stops when its client
+the audio held unsent is bounded for all requests together (``max_unsent_bytes``), one client address holds at most
+``max_requests_per_client`` places, a request has a total time (``request_timeout``), and a request's text work is bounded by ``max_pieces`` while splitting, stops when its client
 leaves and is linear in the text.
 
 The server gives every connection a small kernel send buffer of its own (``http_connections.py``), so the audio a
@@ -11,6 +11,7 @@ the kernel's buffers.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import logging
 import socket
@@ -91,8 +92,8 @@ def test_slow_readers_hold_at_most_max_unsent_bytes_and_a_further_request_gets_4
     _, other = timed  # the same synthesizer: the same bound on a piece's audio
     worst = sum(other.audio_bound.piece_bytes(piece.pause_after) for piece in synthesizer.engine.split(TWO_SENTENCES))
     limit = 8 * worst + worst // 2  # eight such requests fit, a ninth does not
-    engine = _engine(synthesizer, max_pieces=8, max_requests_in_flight=16, max_queued_pieces=64,
-                     max_unsent_bytes=limit)
+    engine = _engine(synthesizer, max_pieces=8, max_requests_in_flight=16, max_requests_per_client=16,
+                     max_queued_pieces=64, max_unsent_bytes=limit)
     with running_server(engine) as url, contextlib.ExitStack() as clients:
         with engine_held(engine) as inside:  # nothing is delivered yet: each holds its whole reservation
             readers = [clients.enter_context(slow_reader(url, TWO_SENTENCES)) for _ in range(8)]
@@ -114,6 +115,70 @@ def test_slow_readers_hold_at_most_max_unsent_bytes_and_a_further_request_gets_4
         status, _, pcm = _post(url, {"input": TWO_SENTENCES, "voice": "linda", "response_format": "pcm"})
         assert status == 200 and len(pcm) > 0
         _wait_until(lambda: idle(engine))
+
+
+def _post_from(address: str, url: str, body: dict) -> tuple[int, bytes]:
+    """POST ``body`` from the loopback ``address`` (another client, as the server tells clients apart)."""
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60, source_address=(address, 0))
+    try:
+        connection.request("POST", "/v1/audio/speech", json.dumps(body), {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def test_one_client_past_its_limit_gets_429_while_another_address_is_served(synthesizer):
+    """Two streams held by 127.0.0.1 fill its places (max_requests_per_client 2, 64 in all): its third request is
+    refused before any text work, naming the limit, while 127.0.0.2 is served; once the two leave, 127.0.0.1 is
+    served again and no place is left counted."""
+    engine = _engine(synthesizer, max_requests_per_client=2)
+    request = {"input": TWO_SENTENCES, "voice": "linda", "response_format": "pcm"}
+    with running_server(engine) as url, contextlib.ExitStack() as clients:
+        for _ in range(2):
+            clients.enter_context(slow_reader(url, TWO_SENTENCES))
+        assert engine.admission.by_client == {"127.0.0.1": 2}
+        status, headers, payload = _post(url, request)
+        assert status == 429 and int(headers["retry-after"]) >= 1, payload
+        message = error_of(payload)["message"]
+        assert "max_requests_per_client" in message and "127.0.0.1" in message
+        assert engine.admission.preparing == 0 and engine.admission.by_client == {"127.0.0.1": 2}
+        status, pcm = _post_from("127.0.0.2", url, request)
+        assert status == 200 and len(pcm) > 0
+        clients.close()  # the two streams end: their places are given back
+        _wait_until(lambda: idle(engine) and not engine.admission.by_client)
+        status, _, pcm_again = _post(url, request)
+        assert status == 200 and len(pcm_again) == len(pcm)
+        _wait_until(lambda: not engine.admission.by_client)
+
+
+def test_a_client_with_requests_in_flight_waits_behind_a_newcomer(synthesizer):
+    """Three requests from one client at once and then one from another, queued while the engine is held: the
+    newcomer's first piece is decoded before the first client's second and third requests' first pieces (each of a
+    client's requests counts as if it were its previous one's next piece), and the first client's first request
+    keeps its place."""
+    from myxtts.synthesis.piece_queue import take_batch
+
+    engine = _engine(synthesizer)
+    try:
+        with engine_held(engine) as inside:
+            held = engine.submit(TRANSCRIPTS[9], "linda", client="10.0.0.1")  # the batch the engine is held in
+            inside.wait(60)
+            many = [engine.submit(TRANSCRIPTS[i], "linda", client="10.0.0.2") for i in (0, 3, 4)]
+            newcomer = engine.submit(TRANSCRIPTS[5], "linda", client="10.0.0.3")
+            with engine._wake:  # the queue as the engine thread would take it next
+                order = [(piece.stream, piece.index) for piece in take_batch(list(engine._pending), 16)[0]]
+            firsts = [order.index((stream, 0)) for stream in (*many, newcomer)]
+            assert firsts[0] < firsts[3] < firsts[1] < firsts[2], order
+            assert engine.admission.by_client == {"10.0.0.1": 1, "10.0.0.2": 3, "10.0.0.3": 1}
+            for stream in (*many, newcomer):
+                stream.cancel()
+        assert len(b"".join(held.pcm16(timeout=60))) > 0  # taken to its end
+        _wait_until(lambda: idle(engine))
+        assert engine.admission.by_client == {}  # no place left counted
+    finally:
+        engine.close()
 
 
 def test_a_request_longer_than_the_whole_unsent_budget_is_400(synthesizer):
@@ -187,9 +252,9 @@ def test_the_text_work_of_a_client_that_left_stops_at_its_next_front_end_pass(ti
     encode_many, submit = processor.encode_many, engine.submit
     passes, left = [], []
 
-    def watched_submit(text, voice, speed=1.0, cancelled=None):
+    def watched_submit(text, voice, speed=1.0, cancelled=None, client=None):
         left.append(cancelled)  # the route's "has the client gone" (asked before every pass)
-        return submit(text, voice, speed, cancelled)
+        return submit(text, voice, speed, cancelled, client)
 
     def first_pass_waits(texts):
         passes.append(len(texts))

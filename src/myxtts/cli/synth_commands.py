@@ -223,6 +223,10 @@ def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:
               show_default=True, help="Seconds a client may take to send its request body (408 after).")
 @click.option("--max-requests-in-flight", type=click.IntRange(min=1), default=64,
               show_default=True, help="Requests accepted and not yet finished (429 with Retry-After beyond).")
+@click.option("--max-requests-per-client", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Requests in flight from one client address (429 with Retry-After beyond): one client's burst "
+                   "cannot take the others' places. Behind a reverse proxy every client has its address: raise it "
+                   "to --max-requests-in-flight.")
 @click.option("--max-queued-pieces", type=click.IntRange(min=1), default=512,
               show_default=True, help="Pieces accepted and not yet delivered, all requests together (429 with "
                                       "Retry-After beyond).")
@@ -247,8 +251,8 @@ def _voices(specs: tuple[str, ...]) -> dict[str, list[str]]:
 @vocoder_option()
 @clean_errors
 def serve_command(run_dir, voice_specs, host, port, batch_size, small_batches, max_characters, max_pieces,
-                  max_body_bytes, header_timeout, body_timeout, max_requests_in_flight, max_queued_pieces, send_timeout,
-                  max_connections, request_timeout, max_unsent_bytes, allowed_hosts, shutdown_grace,
+                  max_body_bytes, header_timeout, body_timeout, max_requests_in_flight, max_requests_per_client,
+                  max_queued_pieces, send_timeout, max_connections, request_timeout, max_unsent_bytes, allowed_hosts, shutdown_grace,
                   vocoder_path) -> None:
     """An HTTP server: OpenAI-compatible POST /v1/audio/speech streamed sentence by sentence, GET /health
     (needs the serve extra: pip install -e '.[serve]'). Every limit is answered in OpenAI's error shape."""
@@ -264,7 +268,8 @@ def serve_command(run_dir, voice_specs, host, port, batch_size, small_batches, m
     # before the model loads: ServerLimits checks these options' ranges (and together), an InputError naming one
     limits = ServerLimits(max_body_bytes=max_body_bytes, header_timeout=header_timeout, body_timeout=body_timeout,
                           max_characters=max_characters, max_pieces=max_pieces,
-                          max_requests_in_flight=max_requests_in_flight, max_queued_pieces=max_queued_pieces,
+                          max_requests_in_flight=max_requests_in_flight,
+                          max_requests_per_client=max_requests_per_client, max_queued_pieces=max_queued_pieces,
                           send_timeout=send_timeout, max_connections=max_connections,
                           request_timeout=request_timeout, max_unsent_bytes=max_unsent_bytes)
     voices = _voices(voice_specs)

@@ -4,7 +4,8 @@ A request is admitted in two steps, each refused with 429 and a Retry-After (``E
 
 - before its text work (``Admission.admit_request``): fewer than ``max_requests_in_flight`` requests in flight,
   counting those being split (``preparing``: a request holds its place from here, so at most that many requests
-  split text at once), and room left under ``max_queued_pieces``;
+  split text at once), fewer than ``max_requests_per_client`` of them from its client's address (``by_client``,
+  counted the same way until ``leave``), and room left under ``max_queued_pieces``;
 - the text work between the two (``split_request``): ``text_split.split_speakable``, linear in the text, stopped as
   soon as ``max_pieces`` is passed and at the first front-end pass after ``checkpoint`` raises;
 - after the split, before anything is queued (``Admission.admit_pieces``): its pieces fit under
@@ -118,10 +119,17 @@ class Admission:
         self.limits = limits
         self.unsent = UnsentAudio(limits.max_unsent_bytes)
         self.preparing = 0  # requests admitted to their text work and not yet queued or refused
+        # requests in flight or being split per client address, each until ``leave``
+        self.by_client: dict[str, int] = {}
 
-    def admit_request(self, in_flight: int, backlog: int, seconds_per_piece: float) -> None:
-        """Before the text work: a place in flight (``preparing`` counts it until ``admit_pieces`` or a refusal)."""
+    def admit_request(self, in_flight: int, backlog: int, seconds_per_piece: float, client: str | None = None) -> None:
+        """Before the text work: a place in flight (``preparing`` counts it until ``admit_pieces`` or a refusal)
+        and, for a request with a ``client`` address, one of that client's places (until ``leave``)."""
         wait = retry_after(backlog, seconds_per_piece)
+        held = self.by_client.get(client, 0) if client is not None else 0
+        if held >= self.limits.max_requests_per_client:
+            raise EngineBusyError(f"This client ({client}) already has {held} requests in flight, this server's limit "
+                                  f"per client (max_requests_per_client); retry after {wait} s.", wait)
         if in_flight + self.preparing >= self.limits.max_requests_in_flight:
             raise EngineBusyError(f"This server already has {in_flight + self.preparing} requests in flight (its "
                                   f"limit); retry after {wait} s.", wait)
@@ -129,6 +137,8 @@ class Admission:
             raise EngineBusyError(f"This server has {backlog} pieces queued (its limit of "
                                   f"{self.limits.max_queued_pieces}); retry after {wait} s.", wait)
         self.preparing += 1
+        if client is not None:
+            self.by_client[client] = held + 1
 
     def admit_pieces(self, backlog: int, new_pieces: int, new_bytes: int, seconds_per_piece: float) -> None:
         """After the text work: the request's pieces and the worst case of its audio (reserved here), or a
@@ -150,6 +160,16 @@ class Admission:
     def withdraw(self) -> None:
         """A request refused or failed during its text work gives its place back."""
         self.preparing -= 1
+
+    def leave(self, client: str | None) -> None:
+        """A request of ``client`` (admitted by ``admit_request``) has ended: finished, cancelled or refused."""
+        if client is None:
+            return
+        held = self.by_client[client] - 1
+        if held:
+            self.by_client[client] = held
+        else:
+            del self.by_client[client]
 
 
 def split_request(synthesis_engine: Any, text: str, scale: float, max_pieces: int,

@@ -254,7 +254,9 @@ async def _speech(engine: SpeechEngine, request: Any, speech_body: type, audio_r
         return _error(400, f"response_format {body.response_format!r} is not supported; use one of "
                            f"{sorted(FORMATS)}.", "response_format")
     left = threading.Event()  # set once the client has gone: the text work stops at its next front-end pass
-    work = asyncio.ensure_future(run_in_threadpool(engine.submit, body.input, body.voice, body.speed, left.is_set))
+    client = request.client.host if request.client is not None else None  # the peer's address
+    work = asyncio.ensure_future(run_in_threadpool(engine.submit, body.input, body.voice, body.speed, left.is_set,
+                                                   client))
     watcher = asyncio.ensure_future(_wait_for_disconnect(request.receive))
     await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
     watcher.cancel()

@@ -35,15 +35,18 @@ class QueuedPiece:
     mel: np.ndarray | None = field(default=None, compare=False)  # once decoded
 
 
-def priority(request_number: int, index: int, ageing_step: int) -> tuple[int, int, int]:
+def priority(request_number: int, index: int, ageing_step: int, client_requests: int = 0) -> tuple[int, int, int]:
     """Piece ``index`` of the ``request_number``-th request counts as if its request had arrived ``ageing_step *
-    index`` requests later. A new request's first piece therefore goes ahead of older requests' later pieces (time to
+    (index + client_requests)`` requests later, ``client_requests`` being the requests its client already had in
+    flight when it arrived: a client's second request at once waits as its first one's second piece would, so a
+    host that sends many at once shares the engine with the others instead of taking it (a client with one request
+    at a time is ordered as before). A new request's first piece therefore goes ahead of older requests' later pieces (time to
     first audio stays short under load), but only of those at least ``ageing_step`` requests per piece index ahead:
     an older request's piece ``i`` lets at most ``ageing_step * i`` newer requests' pieces pass it, so under any
     steady flow of new requests it is reached within about ``i`` batches (with ``ageing_step = batch_size``) and no
     request starves. Counted in requests, not seconds: new arrivals are the only competition, and the order does
     not depend on how fast the machine is. Ties go to the older request, then to the earlier piece."""
-    return request_number + ageing_step * index, request_number, index
+    return request_number + ageing_step * (index + client_requests), request_number, index
 
 
 def take_batch(pending: list[QueuedPiece], batch_size: int) -> tuple[list[QueuedPiece], int]:

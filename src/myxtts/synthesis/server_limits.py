@@ -11,6 +11,10 @@
     max_pieces              pieces (``SynthesisEngine.split``) per request: 400 (one short sentence per piece would
                             otherwise let a 4 KB request queue a thousand decodes)
     max_requests_in_flight  requests accepted and not yet finished: 429 with Retry-After beyond it
+    max_requests_per_client requests in flight from one client address (the connection's peer), counted as
+                            max_requests_in_flight is: 429 with Retry-After beyond it, so one client's burst takes
+                            neither every place nor the text work and the engine from the others (behind a reverse
+                            proxy every client has the proxy's address: raise it to max_requests_in_flight)
     max_queued_pieces       pieces accepted and not yet delivered (pending, decoding, vocoding): 429 with
                             Retry-After when a request would take the backlog beyond it
     send_timeout            seconds one piece's audio may take to reach a client: a client that stops reading is
@@ -40,6 +44,8 @@ class ServerLimits:
     max_characters: int = 4096
     max_pieces: int = 128
     max_requests_in_flight: int = 64
+    # an eighth of max_requests_in_flight: a burst from one address admits this many, the rest get 429
+    max_requests_per_client: int = 8
     max_queued_pieces: int = 512
     send_timeout: float = 30.0
     # open connections at once (uvicorn's limit_concurrency, answered 503 above it): each idle one holds a file
@@ -53,7 +59,7 @@ class ServerLimits:
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_characters", "max_pieces", "max_requests_in_flight",
-                     "max_queued_pieces", "max_connections", "max_unsent_bytes"):
+                     "max_requests_per_client", "max_queued_pieces", "max_connections", "max_unsent_bytes"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise InputError(f"Server limit {name} must be a positive whole number, got {getattr(self, name)!r}.")
         for name in ("header_timeout", "body_timeout", "send_timeout", "request_timeout"):

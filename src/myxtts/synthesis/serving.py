@@ -18,7 +18,7 @@ audio made at its own pace, so it costs the others no more than its reading allo
 
 The engine is bounded by ``ServerLimits`` (``server_limits.py``) through its ``Admission`` (``admission.py``): a
 request over ``max_characters`` is refused before any text work; one that would pass ``max_requests_in_flight``
-(counting the requests being split) or ``max_queued_pieces`` gets ``EngineBusyError`` with a Retry-After estimated
+(counting the requests being split), ``max_requests_per_client`` from its client's address or ``max_queued_pieces`` gets ``EngineBusyError`` with a Retry-After estimated
 from the backlog and the measured seconds per piece, before its text work and again once its pieces are known, with
 the worst case of its audio against ``max_unsent_bytes``. The text work (``admission.split_request``)
 is linear in the text, stops as soon as ``max_pieces`` is passed, holds no lock of its own (the espeak-ng library
@@ -99,6 +99,7 @@ class SpeechEngine:
         self._decoding = 0  # pieces in the batch being decoded
         self._vocoding_now = 0  # pieces a vocoder thread is working on
         self._in_flight: set[SpeechStream] = set()
+        self._client_of: dict[SpeechStream, str | None] = {}  # each stream in flight: its client's address
         # running averages of seconds per piece in each stage, for Retry-After (the slower stage sets the pace)
         self._decode_seconds, self._vocode_seconds = 0.1, 1.0
         self._wake = threading.Condition()  # guards all of the above; notified on every change a thread waits for
@@ -145,11 +146,12 @@ class SpeechEngine:
         return np.asarray(self.synthesizer.vocoder(log_mel), np.float32)
 
     # ---- requests -------------------------------------------------------------------------------------
-    def submit(self, text: str, voice: str, speed: float = 1.0,
-               cancelled: Callable[[], bool] | None = None) -> SpeechStream:
+    def submit(self, text: str, voice: str, speed: float = 1.0, cancelled: Callable[[], bool] | None = None,
+               client: str | None = None) -> SpeechStream:
         """Split and encode ``text``; raises ``SpeechRequestError`` (``EngineBusyError`` when over a limit, status
         503 once the engine is closing) before anything is queued. ``cancelled``: asked before every front-end pass
-        of the text work, True once the client has left (the work stops there)."""
+        of the text work, True once the client has left (the work stops there). ``client``: the requester's address,
+        held to ``max_requests_per_client`` (None: not counted per client)."""
         if voice not in self.voices:
             raise SpeechRequestError(f"Unknown voice {voice!r}; this server has {sorted(self.voices)}.", "voice")
         if not text or not text.strip():
@@ -162,8 +164,9 @@ class SpeechEngine:
         deadline = time.monotonic() + self.limits.request_timeout
         with self._wake:  # a place in flight before spending the text front-end on the request
             self._refuse_if_failed()
-            self.admission.admit_request(len(self._in_flight), self._backlog_locked(), self._seconds_per_piece())
-        queued = False
+            self.admission.admit_request(len(self._in_flight), self._backlog_locked(), self._seconds_per_piece(),
+                                         client)
+        queued = accepted = False
         try:
             scale = 1.0 / speed
             pieces, tokens = self._split(text, scale, cancelled, deadline)
@@ -175,16 +178,21 @@ class SpeechEngine:
                 self.admission.admit_pieces(self._backlog_locked(), len(pieces), stream.unsent_bytes(),
                                             self._seconds_per_piece())
                 self._in_flight.add(stream)
+                self._client_of[stream], accepted = client, True
                 number, self._requests = self._requests, self._requests + 1
+                # the client's other requests in flight or being split (this one is counted already)
+                others = self.admission.by_client.get(client, 1) - 1 if client is not None else 0
                 for index, ids in enumerate(tokens):
-                    heapq.heappush(self._pending, QueuedPiece(priority(number, index, self.batch_size), stream, index,
-                                                         ids, self.voices[voice], scale))
+                    heapq.heappush(self._pending, QueuedPiece(priority(number, index, self.batch_size, others),
+                                                              stream, index, ids, self.voices[voice], scale))
                 self._wake.notify_all()
             return stream
         finally:
-            if not queued:
+            if not accepted:
                 with self._wake:
-                    self.admission.withdraw()
+                    if not queued:
+                        self.admission.withdraw()
+                    self.admission.leave(client)
 
     def _split(self, text: str, scale: float, cancelled: Callable[[], bool] | None,
                deadline: float) -> tuple[list[TextPiece], list[np.ndarray]]:
@@ -216,6 +224,7 @@ class SpeechEngine:
     def _finished(self, stream: SpeechStream) -> None:
         with self._wake:
             self._in_flight.discard(stream)
+            self.admission.leave(self._client_of.pop(stream, None))
             self.timed_out += stream.expired
             if stream.cancelled:  # its queued pieces are freed now, not when a thread reaches them
                 for name in ("_pending", "_to_vocode"):
