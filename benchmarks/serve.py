@@ -49,6 +49,11 @@ def paragraphs(count: int, seed: int = 0) -> list[str]:
     return [f"{rng.choice(lines)} {rng.choice(lines)}" for _ in range(count)]
 
 
+def client_address(index: int) -> str:
+    """The loopback address well-behaved client ``index`` connects from (one host each)."""
+    return f"127.0.1.{index + 1}"
+
+
 def request(url: str, text: str, voice: str, source: str | None = None) -> dict:
     """One streamed request: time to its first audio bytes, its wall time and its audio's length. ``source``: the
     loopback address to connect from (the server tells clients apart by address)."""

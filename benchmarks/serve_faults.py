@@ -67,7 +67,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import REPO, child_environment, paired_ratios, spread, write_report  # noqa: E402
-from serve import free_port, paragraphs, peak_memory_gb, request, wait_for  # noqa: E402
+from serve import client_address, free_port, paragraphs, peak_memory_gb, request, wait_for  # noqa: E402
 from serve_abusers import (KINDS, LONG_TEXT, OTHER_ABUSER_CONNECTIONS, Abusers, connect, open_idle,  # noqa: E402
                            raw_request, read_until_end, speech_body, status_of)
 from myxtts.machine import machine  # noqa: E402
@@ -95,11 +95,6 @@ def health_status(url: str, timeout: float = 5.0) -> tuple[int | None, dict]:
         return err.code, {}
     except (OSError, ValueError):
         return None, {}
-
-
-def client_address(index: int) -> str:
-    """The loopback address well-behaved client ``index`` connects from (one host each)."""
-    return f"127.0.1.{index + 1}"
 
 
 def clients_phase(url: str, clients: int, seconds: float, texts: list[str]) -> dict:
