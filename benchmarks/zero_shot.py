@@ -126,11 +126,11 @@ def espeak_main(args: argparse.Namespace) -> None:
 class Judges:
     """The judges of a run: Resemblyzer (a centroid clip embedded once), Whisper, pocketsphinx, NISQA-TTS."""
 
-    def __init__(self, sample_rate: int, nisqa: Path | None) -> None:
+    def __init__(self, sample_rate: int, hop_length: int, nisqa: Path | None) -> None:
         from myxtts.evaluation.listening_measures import recognizer_available
         from myxtts.evaluation.whisper_listener import shared_listener, whisper_available
 
-        self.sample_rate, self.nisqa = sample_rate, nisqa
+        self.sample_rate, self.hop_length, self.nisqa = sample_rate, hop_length, nisqa
         self.whisper = shared_listener() if whisper_available() else None
         self.pocketsphinx = recognizer_available()
         self._clips: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -145,6 +145,12 @@ class Judges:
         if id(wave) not in self._clips:
             self._clips[id(wave)] = (wave, self.embed(wave))
         return self._clips[id(wave)][1]
+
+    def pitch(self, wave: np.ndarray) -> tuple[float | None, float]:
+        """(median F0 in Hz, voiced share) of one waveform (zero_shot_sets.voiced_pitch)."""
+        import zero_shot_sets as sets
+
+        return sets.voiced_pitch(wave, self.sample_rate, self.hop_length)
 
     def heard(self, waves: list[np.ndarray], texts: list[str]) -> dict:
         """Whisper's WER and pocketsphinx's CER of ``waves`` against ``texts`` (None for a judge not installed)."""
@@ -179,7 +185,9 @@ def line(label: str, point: dict) -> str:
     parts = [f"identified {figure('identified', 2)} (chance {point['chance']:.2f})", f"margin {figure('margin', 3)}",
              f"own cosine {figure('own_cosine', 3)}"]
     parts += [f"{name} {figure(key, 3)}" for key, name in (("wer", "WER"), ("cer", "CER"),
-                                                           ("naturalness", "naturalness")) if key in point]
+                                                           ("naturalness", "naturalness"), ("voiced_share", "voiced"),
+                                                           ("pitch_error_semitones", "pitch error (semitones)"))
+              if key in point]
     return f"{label}: " + ", ".join(parts)
 
 
@@ -195,6 +203,11 @@ def baselines(voices: list, centroids: dict[str, np.ndarray], resynthesizers: di
     points = {}
     for name, waves in groups.items():
         point, rows = sets.judge([(voice.name, judges.embed(wave)) for voice, wave in zip(voices, waves)], centroids)
+        pitch, pitch_rows = sets.pitch_point([judges.pitch(wave) for wave in waves],
+                                             [judges.pitch(wave) for wave in references])
+        point.update(pitch)
+        for row, pitch_row in zip(rows, pitch_rows):
+            row.update(pitch_row)
         scores = judges.naturalness(waves, references)  # a recording against itself keeps its own level
         if scores is not None:
             point["naturalness"] = float(np.mean(scores))
@@ -229,11 +242,13 @@ def condition_point(condition: str, voices: list, standard: dict[str, np.ndarray
     summary, judged = sets.judge([(row["speaker"], judges.embed(wave)) for row, wave in zip(rows, waves)],
                                  centroids)
     heard = judges.heard(waves, [row["text"] for row in rows])
+    pitch, pitch_rows = sets.pitch_point([judges.pitch(wave) for wave in waves], [judges.pitch(wave) for wave in levels])
+    summary.update(pitch)
     summary.update(measurable=True, of=len(voices), wer=heard["wer"], cer=heard["cer"], ended_by=dict(ended_by),
                    reference_seconds=float(np.mean([sum(len(r) for r in refs) / rate for _, (refs, _) in covered])))
     for index, (row, verdict) in enumerate(zip(rows, judged)):
         row.update(own_cosine=verdict["own_cosine"], nearest=verdict["nearest"], margin=verdict["margin"],
-                   whisper=heard["whisper"][index], pocketsphinx=heard["pocketsphinx"][index])
+                   whisper=heard["whisper"][index], pocketsphinx=heard["pocketsphinx"][index], **pitch_rows[index])
     scores = judges.naturalness(waves, levels)
     if scores is not None:
         summary["naturalness"] = float(np.mean(scores))
@@ -294,7 +309,7 @@ def real_main(args: argparse.Namespace) -> None:
                       else GriffinLim(synthesizer.cfg.audio)}
     if not heard_through_griffin_lim:
         resynthesizers["vocoder"] = synthesizer.vocoder
-    judges = Judges(rate, nisqa)
+    judges = Judges(rate, synthesizer.cfg.audio.hop_length, nisqa)
     cfg = synthesizer.cfg
     report = {"mode": "real speakers", "command": [sys.executable, *sys.argv], "machine": machine(),
               "run": args.run, "checkpoint": synthesizer.checkpoint, "overrides": list(args.set),

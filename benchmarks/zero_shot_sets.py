@@ -11,6 +11,9 @@
   the reference waveforms and the centroid clips it is judged against, or None where it cannot be measured.
 - ``judge``: Resemblyzer embeddings against a set's centroids: identified (nearest centroid is the own one), margin
   (own cosine minus the mean cosine to the others) and the own cosine.
+- ``pitch_point``: how outputs keep their references' pitch: the share of frames voiced and the median distance in
+  semitones between an output's median F0 and its reference's (myxtts.f0's tracker): a voice said an octave low, or
+  without voicing, shows here before it shows in the judges' figures.
 """
 
 from __future__ import annotations
@@ -178,3 +181,25 @@ def judge(embeddings: Sequence[tuple[str, np.ndarray]], centroids: dict[str, np.
                "items": len(rows), "speakers": len({row["speaker"] for row in rows}), "centroids": len(names),
                "chance": 1.0 / len(names)}
     return summary, rows
+
+
+def voiced_pitch(wave: np.ndarray, sample_rate: int, hop_length: int) -> tuple[float | None, float]:
+    """(median F0 in Hz over the voiced frames, None without one; the share of frames voiced) of one waveform."""
+    from myxtts.f0.tracker import clip_f0
+
+    f0 = clip_f0(np.asarray(wave, np.float32), len(wave) // hop_length, sample_rate, hop_length)
+    voiced = f0[f0 > 0]
+    return (float(np.median(voiced)) if voiced.size else None), float(voiced.size / max(f0.size, 1))
+
+
+def pitch_point(pitches: Sequence[tuple[float | None, float]],
+                reference_pitches: Sequence[tuple[float | None, float]]) -> tuple[dict, list[dict]]:
+    """(summary, one row per output) of outputs' ``voiced_pitch`` against their references': voiced share and the
+    median |12 log2(output F0 / reference F0)| over the outputs with voiced frames on both sides."""
+    rows, errors = [], []
+    for (f0, voiced), (reference_f0, _) in zip(pitches, reference_pitches):
+        error = abs(12.0 * np.log2(f0 / reference_f0)) if f0 and reference_f0 else None
+        rows.append({"f0_hz": f0, "voiced_share": voiced, "pitch_error_semitones": error})
+        errors += [] if error is None else [error]
+    return {"voiced_share": float(np.mean([voiced for _, voiced in pitches])) if pitches else None,
+            "pitch_error_semitones": float(np.median(errors)) if errors else None}, rows

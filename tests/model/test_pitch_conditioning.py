@@ -1,5 +1,6 @@
 """model.pitch_conditioning on real clips: the token pitch targets, a model that adds pitch to one without it starts
-as that model, and its predictor and embedding learn."""
+as that model, and its predictor and embedding learn; model.pitch_level: the level targets, the absolute token pitch
+the decoder hears, the head that predicts the level at synthesis, and its learning."""
 
 from __future__ import annotations
 
@@ -69,11 +70,11 @@ def test_adding_pitch_to_a_model_starts_from_it_and_then_learns(prepared_cache):
     keras.utils.set_random_seed(1)  # a reproducible start: 20 steps of a whole model are a noisy trajectory
     vocabulary = Vocabulary.load(prepared_cache.cache_dir / "vocab.json")
     plain_cfg = parallel_config(prepared_cache)
-    cfg = parallel_config(prepared_cache, model={"pitch_conditioning": True})
+    cfg = parallel_config(prepared_cache, model={"pitch_conditioning": True, "pitch_level": True})
     plain, model = build_model(plain_cfg, len(vocabulary)), build_model(cfg, len(vocabulary))
     copied, fresh, dropped = copy_weights(model, plain, vocabulary, vocabulary)
     assert copied == len(plain.weights) and fresh and not dropped
-    assert all(path.split("/")[1] in ("pitch_predictor", "pitch_embedding") for path in fresh)
+    assert {path.split("/")[1] for path in fresh} == {"pitch_predictor", "pitch_embedding", "pitch_level"}
     batch = _real_batches(cfg, count=1)[0]
     # the embedding starts at zero: with the recordings' pitch (training) or the predicted one (the batch without it:
     # synthesis) the model says exactly what the model without pitch says
@@ -86,21 +87,67 @@ def test_adding_pitch_to_a_model_starts_from_it_and_then_learns(prepared_cache):
     batch = {key: value[:3] for key, value in batch.items()}  # three real clips of unequal lengths
     signature = {key: tf.TensorSpec(value.shape, value.dtype) for key, value in batch.items()}
     train_step = compiled_train_step(model, cfg, signature)
-    # the pitch loss, compiled: eagerly, the alignment search steps frame by frame in Python
-    pitch_loss = tf.function(lambda inputs: compute_losses(inputs, model(inputs), cfg)["pitch"],
-                             input_signature=[signature], autograph=False)
-    before = float(pitch_loss(batch))
+    # the pitch losses, compiled: eagerly, the alignment search steps frame by frame in Python
+    pitch_losses = tf.function(lambda inputs: [compute_losses(inputs, model(inputs), cfg)[key]
+                                               for key in ("pitch", "pitch_level")],
+                               input_signature=[signature], autograph=False)
+    before = np.array(pitch_losses(batch))
     during = []  # the whole model trains: the encodings the predictor reads and the alignment's targets move too
     for step in range(20):
         assert np.isfinite(float(train_step(batch, tf.constant([0, step], tf.int64))))
         if step + 1 in (10, 15, 20):
-            during.append(float(pitch_loss(batch)))
-    assert min(during) < 0.7 * before  # an untrained predictor says 0: its loss stays near the targets' mean square
+            during.append(np.array(pitch_losses(batch)))
+    # untrained predictors say 0: their losses stay near the targets' mean squares
+    assert (np.min(during, axis=0) < 0.7 * before).all(), (before, during)
     assert np.abs(model.pitch_embedding.conv.kernel.numpy()).max() > 0
     assert train_step.experimental_get_tracing_count() == 1
     # the other way, the trained pitch modules are left out and named; the rest is the trained model's
     back = copy_weights(plain, model, vocabulary, vocabulary)  # plain is not read again: no third model built
     assert back.copied == len(plain.weights) and not back.fresh and sorted(back.dropped) == sorted(fresh)
+
+
+def test_pitch_level_is_the_utterances_and_the_decoder_hears_it_on_the_contour(prepared_cache):
+    """model.pitch_level: each utterance's level is its inlier mean and spread of log F0; the decoder hears the
+    absolute token pitch (the level where a token has no voiced frame); at synthesis the head's level takes the
+    recordings' place."""
+    from myxtts.model import build_model
+    from myxtts.model.pitch import LEVEL_CENTER_HZ, LEVEL_SCALE, LEVEL_STD, absolute_token_pitch
+    from myxtts.text import Vocabulary
+
+    cfg = parallel_config(prepared_cache, model={"pitch_conditioning": True, "pitch_level": True})
+    model = build_model(cfg, len(Vocabulary.load(cfg.cache_dir / "vocab.json")))
+    rng = np.random.default_rng(0)
+    for layer in (model.pitch_embedding.conv, model.pitch_level.output_proj):  # both start at zero
+        layer.kernel.assign(rng.normal(0.0, 0.05, layer.kernel.shape).astype(np.float32))
+    batch = _real_batches(cfg, count=1)[0]  # real clips of unequal lengths, with their F0
+    outputs = model(batch)
+    level, f0 = outputs["pitch_level"].numpy(), batch["pitch"].numpy()  # [batch, 2], [batch, frames]
+    assert outputs["pitch_level_voiced"].numpy().all()
+    for item, frames in enumerate(batch["mel_lengths"].numpy()):
+        log_f0 = np.log(f0[item, :frames][f0[item, :frames] > 0])
+        inliers = log_f0[np.abs(log_f0 - log_f0.mean()) <= 2.5 * log_f0.std()]
+        expected = [(inliers.mean() - np.log(LEVEL_CENTER_HZ)) / LEVEL_SCALE, np.log(inliers.std() / LEVEL_STD)]
+        np.testing.assert_allclose(level[item], expected, atol=1e-4)
+    assert np.ptp(level[:, 0]) > 0.01  # clips differ in level
+    contour = outputs["token_pitch"]  # [batch, tokens] standardised
+    absolute = absolute_token_pitch(contour, level).numpy()
+    mean, std = level[:, :1] * LEVEL_SCALE + np.log(LEVEL_CENTER_HZ), LEVEL_STD * np.exp(level[:, 1:])
+    np.testing.assert_allclose(absolute, (mean + std * contour.numpy() - np.log(LEVEL_CENTER_HZ)) / LEVEL_SCALE,
+                               atol=1e-5)
+    # the decoder hears the level: the recordings' in training, the head's prediction at synthesis
+    text = model.encode_text(batch["tokens"], batch["token_lengths"])
+    latents = model.encode_reference(batch["reference_mel"], batch["reference_lengths"])
+    hard, lengths = outputs["hard_alignment"], batch["mel_lengths"]
+    forced = model.decode(text, hard, lengths, latents, token_pitch=contour, pitch_level=level)[1].numpy()
+    np.testing.assert_allclose(outputs["mel_after"].numpy(), forced, atol=1e-5)
+    higher = model.decode(text, hard, lengths, latents, token_pitch=contour, pitch_level=level + [0.5, 0.0])[1]
+    assert np.abs(higher.numpy() - forced).max() > 1e-3
+    predicted = outputs["pitch_level_predictions"]
+    assert np.abs(predicted.numpy() - level).max() > 0.01  # an untrained head: not the recordings' level
+    said = model.decode(text, hard, lengths, latents)[1].numpy()  # synthesis: no pitch given
+    contour_said = model.pitch_predictor(text, batch["token_lengths"])
+    np.testing.assert_allclose(said, model.decode(text, hard, lengths, latents, token_pitch=contour_said,
+                                                  pitch_level=predicted)[1].numpy(), atol=1e-5)
 
 
 def _pitch_model(prepared_cache, pitch_variation: float):

@@ -72,6 +72,7 @@ def test_wrong_type_names_key(tmp_path: Path, section: str, key: str, value, mes
     ("model", "mel_sharpening", float("nan")),
     ("model", "pitch_variation", -1.0),
     ("model", "pitch_variation", 1.5),  # without pitch conditioning: it would do nothing
+    ("model", "pitch_level", True),  # without pitch conditioning: there is no token pitch to put a level on
     ("data", "num_workers", 0),
     ("vocoder", "segment_samples", 1000),  # not whole hops
     ("vocoder", "discriminator_periods", [1, 2]),

@@ -224,6 +224,9 @@ def test_pitch_conditioning_warm_starts_from_a_model_without_it_trains_and_speak
     with pytest.raises(WorkdirError, match="trained with pitch conditioning"):
         run(_config(prepared_cache, training={"max_steps": 6}), tmp_path / "run", resume=True, progress=False,
             echo=lambda _: None)
+    with pytest.raises(WorkdirError, match="trained without the pitch level predictor.*--init-from"):
+        run(_config(prepared_cache, model={**pitch, "pitch_level": True}, training={"max_steps": 6}),
+            tmp_path / "run", resume=True, progress=False, echo=lambda _: None)
     resumed = tmp_path / "source"
     shutil.copytree(source_run, resumed, ignore=shutil.ignore_patterns("run.lock"))
     with pytest.raises(WorkdirError, match="trained without pitch conditioning.*--init-from"):

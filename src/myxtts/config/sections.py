@@ -164,6 +164,11 @@ class ModelConfig:
     # the utterance's voiced frames), trained on the recordings' F0 (myxtts.f0.tracker), and an embedding of it added to the
     # text before the decoder: the recordings' pitch in training and teacher forcing, the predicted one in synthesis
     pitch_conditioning: bool = False
+    # pitch conditioning: each token's pitch also says the voice's level (absolute log F0: the utterance's mean and
+    # spread with the standardised contour), the recordings' in training, at synthesis predicted from the speaker
+    # latents (a head trained on the utterance's level, model/pitch.py): a voice the model never heard gets its own
+    # pitch rather than an average the decoder has to guess harmonics for
+    pitch_level: bool = False
     # synthesis (pitch conditioning): the predicted pitch contour scaled by this about the utterance's mean (1: as
     # predicted; > 1 livelier, as FastPitch's pitch amplification): a predictor trained by MSE says a flatter contour
     # than the voice's; every mel the model says, not its training or teacher forcing

@@ -139,6 +139,9 @@ def _check_model_keys(cfg: Config) -> None:
     if m.pitch_variation != 1.0 and not m.pitch_conditioning:
         raise ConfigError(f"Config key 'model.pitch_variation' ({m.pitch_variation}) does nothing without pitch "
                          "conditioning: set 'model.pitch_conditioning: true' or leave it at 1.")
+    if m.pitch_level and not m.pitch_conditioning:
+        raise ConfigError("Config key 'model.pitch_level' needs pitch conditioning (the level is part of each token's "
+                          "pitch): set 'model.pitch_conditioning: true' or 'model.pitch_level: false'.")
     if not 0.0 <= d.voice_warp <= 0.5:  # NaN fails too
         raise ConfigError(f"Config key 'data.voice_warp' must be in [0, 0.5] (the largest |log| of the frequency "
                          f"factor; 0: off), got {d.voice_warp}.")

@@ -20,6 +20,8 @@ this batch's own (validation, tests).
 - ``binarization``: -log soft alignment on the hard path, per real frame; ramped in by the optimizer step.
 - ``pitch`` (``model.pitch_conditioning``, batches with ``pitch``): MSE of the predicted token pitch against the
   recordings', per real token, weighted ``PITCH_WEIGHT`` (FastPitch's 0.1).
+- ``pitch_level`` (``model.pitch_level``, batches with ``pitch``): squared error of the predicted level (two values)
+  against the utterance's, per utterance with a voiced frame, weighted ``PITCH_WEIGHT``.
 
 Both decoders train on the same losses: the text reaches either only through the durations.
 """
@@ -140,6 +142,10 @@ def compute_losses(batch: dict, outputs: dict, cfg: Config, normalizers: dict[st
         error = tf.square(tf.cast(outputs["pitch_predictions"], tf.float32) - outputs["token_pitch"])
         losses["pitch"] = _masked_sum(error, token_mask) / count["tokens"]
         total = total + PITCH_WEIGHT * losses["pitch"]
+    if "pitch_level" in outputs:  # model.pitch_level: per utterance with a voiced frame
+        error = tf.reduce_sum(tf.square(outputs["pitch_level_predictions"] - outputs["pitch_level"]), axis=1)  # [B]
+        losses["pitch_level"] = _masked_sum(error, outputs["pitch_level_voiced"]) / count["utterances"]
+        total = total + PITCH_WEIGHT * losses["pitch_level"]
     if m.mel_l2_weight > 0:
         total = total + m.mel_l2_weight * losses["mel_l2"]
     if m.mel_delta_weight > 0:

@@ -54,6 +54,7 @@ class ModelDims:
     max_positions: int
     pitch_conditioning: bool = False  # a pitch predictor and embedding (model/pitch.py)
     speaker_adaptive_norm: bool = False  # parallel decoder: block norms scaled and shifted by the speaker vector
+    pitch_level: bool = False  # pitch conditioning: absolute token pitch, its level predicted from the speaker latents
 
 
 def resolve_dims(model_cfg: ModelConfig, vocab_size: int, n_mels: int) -> ModelDims:
@@ -73,7 +74,7 @@ def resolve_dims(model_cfg: ModelConfig, vocab_size: int, n_mels: int) -> ModelD
         raise ValueError(f"vocab_size must be >= 3 (pad, bos, eos), got {vocab_size}.")
     return ModelDims(vocab_size=vocab_size, n_mels=n_mels, reduction_factor=model_cfg.reduction_factor,
                      dropout=model_cfg.dropout, max_positions=model_cfg.max_attention_sequence_length,
-                     pitch_conditioning=model_cfg.pitch_conditioning,
+                     pitch_conditioning=model_cfg.pitch_conditioning, pitch_level=model_cfg.pitch_level,
                      speaker_adaptive_norm=model_cfg.speaker_adaptive_norm, **values)
 
 

@@ -58,6 +58,12 @@ def checkpoint_has_pitch(checkpoint: str | Path) -> bool | None:
     return None if parts is None else "pitch_predictor" in parts[1]
 
 
+def checkpoint_has_pitch_level(checkpoint: str | Path) -> bool | None:
+    """Whether a checkpoint's model has the pitch level predictor (``model.pitch_level``); None: unreadable."""
+    parts = _model_parts(checkpoint)
+    return None if parts is None else "pitch_level" in parts[1]
+
+
 def checkpoint_has_adaptive_norm(checkpoint: str | Path) -> bool | None:
     """Whether a checkpoint's decoder has the speaker-adaptive norms (``model.speaker_adaptive_norm``: a
     ``speaker_film`` in its blocks); None: unreadable or no decoder."""

@@ -31,7 +31,8 @@ from myxtts.model.postnet import Postnet
 from myxtts.model.durations import DurationPredictor, PitchPredictor, alignment_from_durations, length_regulate
 from myxtts.model.encoders import ConditioningEncoder, TextEncoder
 from myxtts.model.layers import BuiltByFirstCall, SiteCounter, length_mask, static_or_dynamic_dim, track_listed_layers
-from myxtts.model.pitch import PitchEmbedding, token_pitch_targets
+from myxtts.model.pitch import (PitchEmbedding, PitchLevelPredictor, absolute_token_pitch, token_pitch_targets,
+                                utterance_pitch_level)
 from myxtts.model.presets import ModelDims
 
 
@@ -55,6 +56,8 @@ class TTSModel(BuiltByFirstCall, keras.Model):
         if dims.pitch_conditioning:  # model/pitch.py; built last, so the other layers keep their names and sites
             self.pitch_predictor = PitchPredictor(dims.dropout, sites, name="pitch_predictor")
             self.pitch_embedding = PitchEmbedding(dims.d_model, name="pitch_embedding")
+        if dims.pitch_level:  # after the pitch modules, for the same reason
+            self.pitch_level = PitchLevelPredictor(dims.d_model, name="pitch_level")
         track_listed_layers(self)
 
     def make_decoder(self, dims: ModelDims, sites: SiteCounter) -> keras.layers.Layer:
@@ -74,18 +77,22 @@ class TTSModel(BuiltByFirstCall, keras.Model):
         return self.duration_predictor(text_encodings, token_lengths, training=training, seed=seed)
 
     def decode(self, text_encodings, hard_alignment, mel_lengths, latents, target_mel=None, training=False,
-               seed=None, token_pitch=None):
+               seed=None, token_pitch=None, pitch_level=None):
         """(text ``[B, T_text, d]``, hard alignment ``[B, T_mel, T_text]``, mel_lengths ``[B]``, latents) ->
         (mel_before, mel_after) ``[B, T_mel, n_mels]`` float32, zero past each length. ``target_mel`` (the
         normalised target, training only) is what a decoder that reads its previous frames is teacher-forced
         with; None: synthesis. ``token_pitch`` ``[B, T_text]`` (pitch conditioning): the recordings' token pitch;
-        None: the predicted one."""
+        None: the predicted one. ``pitch_level`` ``[B, 2]`` (model.pitch_level): the recordings' level; None: the one
+        predicted from ``latents``."""
         if self.dims.pitch_conditioning:
             token_mask = tf.reduce_sum(tf.cast(hard_alignment, tf.float32), axis=1) > 0.0  # [B, T_text]: >= 1 frame
             if token_pitch is None:
                 token_lengths = tf.reduce_sum(tf.cast(token_mask, tf.int32), axis=1)
                 token_pitch = self.pitch_predictor(text_encodings, token_lengths, training=training, seed=seed)
                 token_pitch = token_pitch * self.pitch_variation  # model.pitch_variation: about the mean (0)
+            if self.dims.pitch_level:
+                level = self.pitch_level(latents) if pitch_level is None else pitch_level  # [B, 2]
+                token_pitch = absolute_token_pitch(token_pitch, level)
             text_encodings = text_encodings + self.pitch_embedding(token_pitch, token_mask)
         frame_mask = length_mask(mel_lengths, static_or_dynamic_dim(hard_alignment, 1))  # [B, T_mel]
         frames = length_regulate(hard_alignment, text_encodings)  # [B, T_mel, d]
@@ -113,7 +120,8 @@ class TTSModel(BuiltByFirstCall, keras.Model):
         ``[B, T_mel, n_mels]``, alignments (soft, ``[B, T_mel, T_text]``), log_alignment, hard_alignment,
         durations ``[B, T_text]`` int32 and log_duration_predictions ``[B, T_text]``; with pitch conditioning
         pitch_predictions ``[B, T_text]``, and token_pitch (the targets) when the batch has ``pitch`` ``[B, T_mel]``
-        (frame F0 in Hz)."""
+        (frame F0 in Hz); with model.pitch_level pitch_level_predictions ``[B, 2]``, and with ``pitch`` the targets
+        pitch_level ``[B, 2]`` and pitch_level_voiced ``[B]`` (False: no voiced frame, not scored)."""
         tokens, token_lengths = batch["tokens"], batch["token_lengths"]
         mel, mel_lengths = tf.cast(batch["mel"], tf.float32), batch["mel_lengths"]
         text = self.encode_text(tokens, token_lengths, training=training, seed=seed)
@@ -126,8 +134,15 @@ class TTSModel(BuiltByFirstCall, keras.Model):
             pitch["pitch_predictions"] = self.pitch_predictor(text, token_lengths, training=training, seed=seed)
             if "pitch" in batch:
                 pitch["token_pitch"] = token_pitch_targets(batch["pitch"], mel_lengths, hard)  # [B, T_text]
+        level = None
+        if self.dims.pitch_level:  # the decoder reads the recordings' level, the head learns to predict it
+            pitch["pitch_level_predictions"] = level = self.pitch_level(latents)  # [B, 2]
+            if "pitch" in batch:
+                target, has_voiced = utterance_pitch_level(batch["pitch"], mel_lengths)
+                pitch["pitch_level"], pitch["pitch_level_voiced"] = target, has_voiced
+                level = tf.where(has_voiced[:, None], target, level)  # no voiced frame: the predicted level
         mel_before, mel_after = self.decode(text, hard, mel_lengths, latents, target_mel=mel, training=training,
-                                            seed=seed, token_pitch=pitch.get("token_pitch"))
+                                            seed=seed, token_pitch=pitch.get("token_pitch"), pitch_level=level)
         frame_mask = length_mask(mel_lengths, static_or_dynamic_dim(mel, 1))[..., None]
         return {**pitch, "mel_before": mel_before, "mel_after": mel_after,
                 "alignments": tf.exp(log_alignment) * tf.cast(frame_mask, tf.float32),

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from myxtts.errors import ExpectedError, InputError
 from myxtts.model.restore import (checkpoint_decoder_type, checkpoint_has_adaptive_norm, checkpoint_has_pitch,
-                                  decoder_mismatch)
+                                  checkpoint_has_pitch_level, decoder_mismatch)
 from myxtts.model.weight_average import checkpoint_has_average
 
 logger = logging.getLogger(__name__)
@@ -43,7 +43,8 @@ def check_resumable(directory: Path, latest: str, cfg: Any, adversarial: bool, w
         raise WorkdirError(f"{problem} Or choose another --workdir.")
     optional_modules = (  # (what the checkpoint holds, the config key, their name in a message, its modules)
         (checkpoint_has_pitch(latest), "pitch_conditioning", "pitch conditioning", "the pitch modules"),
-        (checkpoint_has_adaptive_norm(latest), "speaker_adaptive_norm", "speaker-adaptive norms", "the norms"))
+        (checkpoint_has_adaptive_norm(latest), "speaker_adaptive_norm", "speaker-adaptive norms", "the norms"),
+        (checkpoint_has_pitch_level(latest), "pitch_level", "the pitch level predictor", "the predictor"))
     for held, key, named, modules in optional_modules:
         wanted = getattr(cfg.model, key)
         if held is not None and held != wanted:

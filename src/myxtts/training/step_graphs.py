@@ -66,6 +66,7 @@ class StepGraphs:
         m = cfg.model
         self.adversarial = m.mel_adversarial_weight > 0 or m.mel_feature_matching_weight > 0
         self.loss_keys = (*LOSS_KEYS, *(("pitch",) if m.pitch_conditioning else ()),
+                          *(("pitch_level",) if m.pitch_level else ()),
                           *(ADVERSARIAL_LOSS_KEYS if self.adversarial else ()))
         self.model_variables = model.trainable_variables
         with strategy.scope():

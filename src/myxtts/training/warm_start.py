@@ -9,8 +9,8 @@ read. What must agree, each checked with an error naming both sides:
 - the text: the vocabulary's kind (phonemes or characters), its language, and its symbols. Symbols the source
   lacks get fresh embedding rows (logged, and recorded); symbols the source has and this run lacks are an error.
 
-``model.pitch_conditioning`` and ``model.speaker_adaptive_norm`` need not agree: a run that adds the pitch modules or the
-decoder's speaker-adaptive norms starts them fresh (logged, and recorded as ``fresh_variables``; the pitch embedding and
+``model.pitch_conditioning``, ``model.pitch_level`` and ``model.speaker_adaptive_norm`` need not agree: a run that adds
+the pitch modules, the pitch level predictor or the decoder's speaker-adaptive norms starts them fresh (logged, and recorded as ``fresh_variables``; the pitch embedding and
 the norms' projections start at zero, so the run begins as its source), one without them leaves the source's out
 (logged, and recorded as ``dropped_variables``).
 
@@ -46,12 +46,14 @@ from myxtts.vocoder.packing import install_own_vocoder
 logger = logging.getLogger(__name__)
 
 # model sizes that need not agree: dropout has no variable, the positions table is a constant
-_FREE_DIMS = ("vocab_size", "dropout", "max_positions", "pitch_conditioning", "speaker_adaptive_norm")
+_FREE_DIMS = ("vocab_size", "dropout", "max_positions", "pitch_conditioning", "speaker_adaptive_norm", "pitch_level")
 # modules a warm start may add or drop (copy_weights), each a test on a variable's plain path: the pitch predictor and
-# embedding (model/pitch.py), and the parallel decoder's speaker-adaptive norms (model/parallel_decoder.py)
+# embedding (model/pitch.py), the parallel decoder's speaker-adaptive norms (model/parallel_decoder.py), and the pitch
+# level predictor (model/pitch.py)
 OPTIONAL_MODULES = {
     "the pitch modules": lambda path: path.startswith(("pitch_predictor/", "pitch_embedding/")),
     "the speaker-adaptive norms": lambda path: "/speaker_film/" in path,
+    "the pitch level predictor": lambda path: path.startswith("pitch_level/"),
 }
 
 
