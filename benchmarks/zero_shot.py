@@ -242,7 +242,8 @@ def condition_point(condition: str, voices: list, standard: dict[str, np.ndarray
     summary, judged = sets.judge([(row["speaker"], judges.embed(wave)) for row, wave in zip(rows, waves)],
                                  centroids)
     heard = judges.heard(waves, [row["text"] for row in rows])
-    pitch, pitch_rows = sets.pitch_point([judges.pitch(wave) for wave in waves], [judges.pitch(wave) for wave in levels])
+    pitch, pitch_rows = sets.pitch_point([judges.pitch(wave) for wave in waves],
+                                         [judges.pitch(wave) for wave in levels])
     summary.update(pitch)
     summary.update(measurable=True, of=len(voices), wer=heard["wer"], cer=heard["cer"], ended_by=dict(ended_by),
                    reference_seconds=float(np.mean([sum(len(r) for r in refs) / rate for _, (refs, _) in covered])))

@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.config import AudioConfig
+from myxtts.spectral import stft_in_builtin_ops
 
 # ---------------------------------------------------------------------------------------------
 # mel filterbank (numpy, computed once)
@@ -84,6 +85,8 @@ class MelFrontend:
         left = (self.n_fft - self.win_length) // 2
         window = tf.signal.hann_window(self.win_length, periodic=True, dtype=tf.float32)
         self.window = tf.pad(window, [[left, self.n_fft - self.win_length - left]])  # [n_fft]
+        # True (an export for LiteRT sets it before tracing): the STFT as real matmuls (myxtts.spectral), no FFT op
+        self.builtin_ops = False
 
         self._mel_single = tf.function(
             self.single_log_mel, input_signature=[tf.TensorSpec([None], tf.float32)], autograph=False)
@@ -101,12 +104,15 @@ class MelFrontend:
 
     def _linear_mel(self, padded: tf.Tensor) -> tf.Tensor:
         """Mel (before compression) of already reflect-padded waves: [batch, padded] -> [batch, frames, n_mels]."""
-        stft = tf.signal.stft(padded, frame_length=self.n_fft, frame_step=self.hop_length,
-                              fft_length=self.n_fft, window_fn=self.window_fn, pad_end=False)
-        # stft: [batch, frames, n_fft // 2 + 1] complex64
+        if self.builtin_ops:  # each [batch, frames, n_fft // 2 + 1]
+            real, imaginary = stft_in_builtin_ops(padded, self.n_fft, self.hop_length, self.window.numpy())
+        else:
+            stft = tf.signal.stft(padded, frame_length=self.n_fft, frame_step=self.hop_length,
+                                  fft_length=self.n_fft, window_fn=self.window_fn, pad_end=False)
+            real, imaginary = tf.math.real(stft), tf.math.imag(stft)  # complex64 [batch, frames, n_fft // 2 + 1]
         # |X|^2 from real and imaginary parts: cheaper on CPU than tf.abs on complex64 followed by a square,
         # and exact to float32 rounding for audio magnitudes.
-        power = tf.math.square(tf.math.real(stft)) + tf.math.square(tf.math.imag(stft))
+        power = tf.math.square(real) + tf.math.square(imaginary)
         if self.mel_power == 2.0:
             spectrum = power
         elif self.mel_power == 1.0:
@@ -154,6 +160,12 @@ class MelFrontend:
         if waveform.shape.rank == 1:
             return self._mel_prepadded(self._reflect_pad(waveform[tf.newaxis, :]))[0]
         return self._mel_prepadded(self._reflect_pad(waveform))
+
+    def log_mel_of_padded(self, padded: tf.Tensor) -> tf.Tensor:
+        """Already padded waves ``[batch, (frames - 1) * hop + n_fft]`` -> their log mel ``[batch, frames, n_mels]``
+        (graph code: the frames of a window the caller cut from a reflect-padded clip, as a LiteRT export reads
+        its reference)."""
+        return self.compress(self._linear_mel(padded))
 
     def compress(self, mel: tf.Tensor) -> tf.Tensor:
         """Log compression selected by ``audio.log_compression`` (values clipped at ``audio.log_floor``)."""

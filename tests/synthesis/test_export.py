@@ -51,7 +51,7 @@ def _snr_db(expected: np.ndarray, waveform: np.ndarray) -> float:
     return float(10 * np.log10(np.sum(expected ** 2) / np.sum((waveform - expected) ** 2)))
 
 
-def _untrained_run(root: Path, model_keys: dict, data_keys: dict | None = None) -> Path:
+def untrained_run(root: Path, model_keys: dict, data_keys: dict | None = None) -> Path:
     import keras
     import tensorflow as tf
 
@@ -76,6 +76,9 @@ def _untrained_run(root: Path, model_keys: dict, data_keys: dict | None = None) 
         pitch_output.bias.assign([0.5])
         embedding = model.pitch_embedding.conv
         embedding.kernel.assign(0.1 * tf.random.stateless_normal(embedding.kernel.shape, seed=[5, 2]))
+    if cfg.model.pitch_level:  # the level head starts at zero too: made to say a level of its own per voice
+        level_output = model.pitch_level.output_proj
+        level_output.kernel.assign(0.1 * tf.random.stateless_normal(level_output.kernel.shape, seed=[5, 3]))
     save_run(root / "run", cfg, model, vocabulary, mel_stats=bundled_mel_stats(cfg))
     return root / "run"
 
@@ -84,7 +87,7 @@ def _untrained_run(root: Path, model_keys: dict, data_keys: dict | None = None) 
 def parallel_run(tmp_path_factory) -> Path:
     # the clone recipe's model: the parallel decoder with pitch conditioning (a predictor says each token's pitch),
     # its contour said wider than predicted (model.pitch_variation: the SavedModel's graph scales it as synthesize does)
-    return _untrained_run(tmp_path_factory.mktemp("export"), {"decoder_conv_blocks": 2, "pitch_conditioning": True,
+    return untrained_run(tmp_path_factory.mktemp("export"), {"decoder_conv_blocks": 2, "pitch_conditioning": True,
                                                               "pitch_variation": 1.5})
 
 
@@ -92,7 +95,7 @@ def parallel_run(tmp_path_factory) -> Path:
 def autoregressive_run(tmp_path_factory) -> Path:
     # 3 frames per step: the durations' total is not a whole number of steps (the export rounds up, then cuts)
     # and the mel sharpened (model.mel_sharpening): the SavedModel's graph sharpens it as synthesize does
-    return _untrained_run(tmp_path_factory.mktemp("export-ar"), {"decoder": "autoregressive", "decoder_layers": 1,
+    return untrained_run(tmp_path_factory.mktemp("export-ar"), {"decoder": "autoregressive", "decoder_layers": 1,
                                                                  "reduction_factor": 3, "mel_sharpening": 0.5},
                           {"bucket_multiple": 24, "max_mel_frames": 864})
 

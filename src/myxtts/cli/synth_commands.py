@@ -166,18 +166,36 @@ def _write_report(report: dict, json_path: str | None) -> None:
 
 @click.command("export")
 @click.option("--run", "run_dir", required=True, type=click.Path(file_okay=False), help="Training run directory.")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="SavedModel folder to write.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder to write.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Config replacing the run's.")
 @click.option("--force", is_flag=True,
               help="Replace --out if it holds an earlier export, once the new one is complete (never a run or cache).")
+@click.option("--format", "export_format", type=click.Choice(["savedmodel", "litert"]), default="savedmodel",
+              show_default=True, help="savedmodel: TensorFlow or TF Serving runs it; litert: one .tflite model of "
+                                      "built-in ops (phones, a Raspberry Pi: ai-edge-litert runs it, no TensorFlow).")
+@click.option("--quantize", type=click.Choice(["none", "float16", "int8"]), default="none", show_default=True,
+              help="litert: the weights in float16, or 8-bit (dynamic range), for a smaller model.")
 @vocoder_option()
 @clean_errors
-def export_command(run_dir, out_dir, config_path, force, vocoder_path) -> None:
+def export_command(run_dir, out_dir, config_path, force, export_format, quantize, vocoder_path) -> None:
     """A SavedModel of the run's latest checkpoint: signatures speaker_embedding and synthesize (vocoder inside),
-    symbol table and mel statistics as assets; TensorFlow alone (or TF Serving) runs it."""
+    symbol table and mel statistics as assets; TensorFlow alone (or TF Serving) runs it. With --format litert: one
+    LiteRT model (speaker_embedding, durations_T per text bucket, decode_F per mel bucket) and its text front-end."""
+    if quantize != "none" and export_format != "litert":
+        raise click.UsageError("--quantize applies to --format litert only.")
+    # --out may not be, hold or lie inside the run, so nothing is written into the run and no run lock is needed
+    if export_format == "litert":
+        from myxtts.synthesis.litert import MODEL_FILE, export_litert
+
+        written = export_litert(run_dir, out_dir, config=config_path, force=force, vocoder=vocoder_path,
+                                quantize=quantize)
+        size = (Path(written) / MODEL_FILE).stat().st_size / 1e6
+        click.echo(f"wrote LiteRT model {Path(written) / MODEL_FILE} ({size:.1f} MB, built-in ops only, weights "
+                   f"{'float32' if quantize == 'none' else quantize}; with litert.json, vocab.json, config.yaml: "
+                   "myxtts.litert_voice runs it)")
+        return
     from myxtts.synthesis.export import export_run
 
-    # --out may not be, hold or lie inside the run, so nothing is written into the run and no run lock is needed
     written = export_run(run_dir, out_dir, config=config_path, force=force, vocoder=vocoder_path)
     vocoder = json.loads((Path(written) / "assets" / "export.json").read_text(encoding="utf-8"))["vocoder"]
     click.echo(f"wrote SavedModel {written} (signatures: speaker_embedding, synthesize with the {vocoder} "

@@ -13,7 +13,7 @@ With ``model.pitch_level`` each token's value is absolute instead, the voice's l
 
     level [B, 2]: ((utterance mean log F0 - log LEVEL_CENTER_HZ) / LEVEL_SCALE, log(utterance std / LEVEL_STD))
     token value = level[:, 0] + (std / LEVEL_SCALE) * contour            # a token without a voiced frame: the level
-    PitchLevelPredictor(speaker latents) -> predicted level             # trained by MSE on the utterance's, at synthesis
+    PitchLevelPredictor(speaker latents) -> predicted level     # trained by MSE on the utterance's; used at synthesis
 
 so the decoder is told where the harmonics of a voice it never heard go, instead of guessing an average level.
 

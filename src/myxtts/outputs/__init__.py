@@ -26,7 +26,8 @@ importable from ``myxtts.outputs``.
 """
 
 from myxtts.outputs.files import FILE_MARK_KEY, MARK_PREFIX, check_output_file, file_made_by
-from myxtts.outputs.markers import (CACHE, CORPUS, EXPORT, KINDS, LAYOUTS, MARKER, OWN_VOCODER, PACKED_MODEL,
+from myxtts.outputs.markers import (CACHE, CORPUS, EXPORT, KINDS, LAYOUTS, LITERT_EXPORT, MARKER, OWN_VOCODER,
+                                    PACKED_MODEL,
                                     PACKED_VOCODER, RUN, RUN_LAYOUT, TRAINING_RUNS, VOCODER_RUN, Maker,
                                     OutputRefused, describe_writer, folder_kind, made_by, read_marker, unknown_files,
                                     write_marker)
@@ -35,7 +36,7 @@ from myxtts.outputs.rules import (check_cache_dir, check_corpus_folder, check_ou
                                   check_output_folder, check_own_vocoder_slot, check_replaceable_run, check_workdir)
 from myxtts.outputs.staging import discard, put_back, set_aside, write_file_atomically, write_staged
 
-__all__ = ["CACHE", "CORPUS", "EXPORT", "FILE_MARK_KEY", "KINDS", "LAYOUTS", "MARKER", "MARK_PREFIX", "OWN_VOCODER",
+__all__ = ["CACHE", "CORPUS", "EXPORT", "FILE_MARK_KEY", "KINDS", "LAYOUTS", "LITERT_EXPORT", "MARKER", "MARK_PREFIX", "OWN_VOCODER",
            "PACKED_MODEL", "PACKED_VOCODER", "RUN", "RUN_LAYOUT", "TRAINING_RUNS", "VOCODER_RUN", "Maker",
            "OutputRefused", "check_cache_dir", "check_corpus_folder", "check_output_file", "check_output_folder",
            "check_outside_acoustic_run", "check_own_vocoder_slot", "check_replaceable_run", "check_workdir",

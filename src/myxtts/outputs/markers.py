@@ -23,9 +23,10 @@ VOCODER_RUN = "a vocoder training run"
 PACKED_MODEL = "a packed model"
 PACKED_VOCODER = "a packed vocoder"
 EXPORT = "an export"
+LITERT_EXPORT = "a LiteRT export"
 CORPUS = "a corpus"
 TRAINING_RUNS = (RUN, VOCODER_RUN)
-KINDS = (CACHE, RUN, VOCODER_RUN, PACKED_MODEL, PACKED_VOCODER, EXPORT, CORPUS)
+KINDS = (CACHE, RUN, VOCODER_RUN, PACKED_MODEL, PACKED_VOCODER, EXPORT, LITERT_EXPORT, CORPUS)
 
 # the writer of a run's own vocoder (RUN/vocoder): train-vocoder --acoustic-run, demo --vocoder, a warm start, pack
 OWN_VOCODER = "own-vocoder"
@@ -43,6 +44,7 @@ LAYOUTS = {
                    *(f"{RunDir.OWN_VOCODER}/{pattern}" for pattern in (MARKER, *_VOCODER_FILES))),
     EXPORT: (MARKER, "saved_model.pb", "fingerprint.pb", "variables/variables.index",
              "variables/variables.data-*-of-*", "assets/vocab.json", "assets/mel_stats.json", "assets/export.json"),
+    LITERT_EXPORT: (MARKER, "model.tflite", "litert.json", "vocab.json", "config.yaml"),
 }
 _RUN_FILES = (RunDir.CONFIG, RunDir.VOCAB, RunDir.MEL_STATS, RunDir.CORPUS, RunDir.INIT_FROM, RunDir.LOCK,
               RunDir.METRICS, RunDir.RETRACES, RunDir.LISTENING_RECORD, RunDir.DEMO_WAV, MARKER)
@@ -113,7 +115,7 @@ def made_by(folder: str | Path) -> Maker | None:
     if kind == RUN and RunDir(folder).demo_wav.is_file():  # only the demo writes demo.wav
         return Maker("demo", kind)
     command = {CACHE: "prepare", RUN: "train", VOCODER_RUN: "train-vocoder", PACKED_MODEL: "pack",
-               PACKED_VOCODER: "pack", EXPORT: "export"}[kind]
+               PACKED_VOCODER: "pack", EXPORT: "export", LITERT_EXPORT: "export"}[kind]
     return Maker(command, kind)
 
 

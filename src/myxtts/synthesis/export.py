@@ -41,7 +41,7 @@ SPEED_RANGE = (0.25, 4.0)  # the synthesize signature clamps its speed to this r
 MAX_CALL_FRAMES_FACTOR = 4  # one synthesize call says at most this many times data.max_mel_frames
 
 
-class _Untracked:
+class Untracked:
     """A plain holder: what it holds is invisible to TensorFlow's object tracking."""
 
     def __init__(self, value):
@@ -55,7 +55,7 @@ class ExportedSynthesizer(tf.Module):
         super().__init__(name="myxtts")
         # the Keras model is held where tf.Module does not track it (saving would trace its call); its variables are
         # tracked as plain tf.Variables, which is all the traced signatures capture
-        self._held = _Untracked(model)
+        self._held = Untracked(model)
         self.model_variables = [getattr(variable, "value", variable) for variable in model.variables]
         self.reference_frames = int(cfg.data.reference_frames)
         self.vocab_size = int(model.dims.vocab_size)
@@ -69,7 +69,7 @@ class ExportedSynthesizer(tf.Module):
         self.n_fft = cfg.audio.n_fft
         vocoder = GriffinLim(cfg.audio) if vocoder is None else vocoder
         # a neural vocoder's generator is held like the model: untracked, its variables tracked as plain variables
-        self._vocoder = _Untracked(vocoder)
+        self._vocoder = Untracked(vocoder)
         self.vocoder_variables = [getattr(variable, "value", variable) for variable in vocoder.generator.variables] \
             if isinstance(vocoder, NeuralVocoder) else []
         latents, d_model = model.dims.num_speaker_latents, model.dims.d_model

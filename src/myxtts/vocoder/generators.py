@@ -116,22 +116,27 @@ class VocosGenerator(BuiltByFirstCall, keras.Model):
         self.mel_mean.assign(np.asarray(mean, np.float32))
         self.mel_std.assign(np.asarray(std, np.float32))
 
-    def spectrum(self, log_mel: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """The predicted STFT: linear magnitude and phase angle, each ``[batch, frames, n_fft // 2 + 1]``."""
-        x = (log_mel - self.mel_mean) / self.mel_std  # [batch, frames, n_mels]
+    def spectrum(self, log_mel: tf.Tensor, frame_mask: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+        """The predicted STFT: linear magnitude and phase angle, each ``[batch, frames, n_fft // 2 + 1]``.
+        ``frame_mask`` ``[batch, frames]`` (a padded batch): every convolution's input is zero past each item's
+        frames, as past the end of an unpadded mel, so the real frames come out as they would alone; the magnitude
+        past them is zero."""
+        keep = 1.0 if frame_mask is None else tf.cast(frame_mask, log_mel.dtype)[..., None]  # [batch, frames, 1]
+        x = (log_mel - self.mel_mean) / self.mel_std * keep  # [batch, frames, n_mels]
         x = self.embed_norm(self.embed(x))  # [batch, frames, dim]
         for block in self.blocks:
-            x = block(x)
+            x = block(x * keep)
         x = self.head(self.final_norm(x))  # [batch, frames, n_fft + 2]
         log_magnitude, phase = tf.split(x, 2, axis=-1)  # each [batch, frames, n_fft // 2 + 1]
         if self.prior_frontend is not None:
             prior = self.prior_frontend.pseudo_inverse_magnitude(log_mel)  # [batch, frames, n_fft // 2 + 1]
             log_magnitude = log_magnitude + tf.math.log(tf.maximum(prior, PRIOR_FLOOR))
-        return tf.exp(tf.minimum(log_magnitude, MAX_LOG_MAGNITUDE)), phase
+        return tf.exp(tf.minimum(log_magnitude, MAX_LOG_MAGNITUDE)) * keep, phase
 
-    def call(self, log_mel: tf.Tensor, training: bool = False) -> tf.Tensor:
-        magnitude, phase = self.spectrum(log_mel)
-        return self.istft(magnitude * tf.cos(phase), magnitude * tf.sin(phase))  # [batch, (frames - 1) * hop]
+    def call(self, log_mel: tf.Tensor, training: bool = False, frame_mask: tf.Tensor | None = None) -> tf.Tensor:
+        magnitude, phase = self.spectrum(log_mel, frame_mask)
+        # [batch, (frames - 1) * hop]
+        return self.istft(magnitude * tf.cos(phase), magnitude * tf.sin(phase), frame_mask=frame_mask)
 
 
 def generator_sizes(vocoder_cfg: Any) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from myxtts.run_dir import RunDir
 from myxtts.vocoder.base import Vocoder
 from myxtts.vocoder.generators import PRIOR_FLOOR, SIZE_DEFAULTS, build_generator, generator_sizes
 from myxtts.vocoder.griffin_lim import GriffinLim
+from myxtts.spectral import stft_in_builtin_ops
 from myxtts.vocoder.istft import InverseStft
 
 GRIFFIN_LIM = "griffin-lim"
@@ -191,24 +192,49 @@ class NeuralVocoder(Vocoder):
             if self.frontend is not None else None
         self._batched = tf.function(self.waveform, autograph=False,
                                     input_signature=[tf.TensorSpec([None, None, self.n_mels], tf.float32)])
+        self.builtin_ops = False  # use_builtin_ops: the graph a LiteRT export traces
 
-    def waveform(self, log_mel: tf.Tensor) -> tf.Tensor:
-        """``[batch, frames, n_mels]`` -> ``[batch, (frames - 1) * hop]`` (graph code: also the export's)."""
-        wave = self.generator(log_mel, training=False)  # [batch, (frames - 1) * hop]
+    def use_builtin_ops(self, on: bool = True) -> None:
+        """Trace ``waveform`` with built-in LiteRT ops only (its STFTs as real matmuls with fixed DFT bases, no
+        complex numbers): the same audio within float32 rounding; set before tracing (an export for LiteRT)."""
+        self.builtin_ops = bool(on)
+        for layer in (getattr(self.generator, "istft", None), self.inverse):
+            if layer is not None:
+                layer.builtin_ops = self.builtin_ops
+
+    def waveform(self, log_mel: tf.Tensor, mel_lengths: tf.Tensor | None = None) -> tf.Tensor:
+        """``[batch, frames, n_mels]`` -> ``[batch, (frames - 1) * hop]`` (graph code: also the exports'). With
+        ``mel_lengths`` ``[batch]`` (a padded batch, the vocos family): each item's first ``(length - 1) * hop``
+        samples are those of its own frames vocoded alone, zeros after them."""
+        frame_mask = None
+        if mel_lengths is not None:
+            if getattr(self.generator, "family", "") != "vocos":
+                raise ValueError("Vocoding a padded batch by its lengths needs the vocos family.")
+            frame_mask = tf.sequence_mask(mel_lengths, tf.shape(log_mel)[1])  # [batch, frames]
+        masked = {} if frame_mask is None else {"frame_mask": frame_mask}
+        wave = self.generator(log_mel, training=False, **masked)  # [batch, (frames - 1) * hop]
+        if frame_mask is not None:  # the samples past each item's speech, as past the end of its own waveform
+            speech = tf.cast(tf.sequence_mask((mel_lengths - 1) * self.hop_length, tf.shape(wave)[1]), wave.dtype)
+            wave = wave * speech  # [batch, samples]
         if self.frontend is None:
             return wave
         n_fft = self.frontend.n_fft
         # centred frames as the front-end's (zeros, not its reflection, at the edges: any length, a frame included)
         padded = tf.pad(wave, [[0, 0], [n_fft // 2, n_fft // 2]])  # [batch, (frames - 1) * hop + n_fft]
-        stft = tf.signal.stft(padded, frame_length=n_fft, frame_step=self.hop_length, fft_length=n_fft,
-                              window_fn=self.frontend.window_fn, pad_end=False)  # [batch, frames, n_fft // 2 + 1]
-        magnitude = tf.math.abs(stft)
-        phasor = stft / tf.cast(tf.maximum(magnitude, 1e-9), stft.dtype)  # unit length: the phase alone
+        if self.builtin_ops:  # each [batch, frames, n_fft // 2 + 1]
+            real, imaginary = stft_in_builtin_ops(padded, n_fft, self.hop_length, self.frontend.window.numpy())
+        else:
+            stft = tf.signal.stft(padded, frame_length=n_fft, frame_step=self.hop_length, fft_length=n_fft,
+                                  window_fn=self.frontend.window_fn, pad_end=False)
+            real, imaginary = tf.math.real(stft), tf.math.imag(stft)
+        magnitude = tf.sqrt(tf.square(real) + tf.square(imaginary))
+        unit = 1.0 / tf.maximum(magnitude, 1e-9)  # the phase alone: a unit-length phasor (real, imaginary) * unit
         prior = self.frontend.pseudo_inverse_magnitude(log_mel)  # [batch, frames, n_fft // 2 + 1]
         share, floor = self.magnitude_from_mel, PRIOR_FLOOR  # the floor the magnitude prior's log uses too
         blended = tf.math.exp(share * tf.math.log(tf.maximum(prior, floor)) +
                               (1.0 - share) * tf.math.log(tf.maximum(magnitude, floor)))
-        return self.inverse(blended * tf.math.real(phasor), blended * tf.math.imag(phasor))
+        wave = self.inverse(blended * real * unit, blended * imaginary * unit, frame_mask=frame_mask)
+        return wave if frame_mask is None else wave * speech
 
     def tracing_count(self) -> int:
         return self._batched.experimental_get_tracing_count()
