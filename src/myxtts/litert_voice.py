@@ -32,6 +32,19 @@ class LiteRtLengthError(InputError):
     """A text or its speech longer than the largest bucket of the export."""
 
 
+def read_clip(path: str | Path, sample_rate: int) -> np.ndarray:
+    """An audio file (any format soundfile reads) -> mono float32 ``[samples]`` at ``sample_rate`` (soxr)."""
+    import soundfile  # the audio readers the project uses; here without myxtts.audio, which imports TensorFlow
+    import soxr
+
+    try:
+        waveform, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+    except (OSError, RuntimeError) as error:
+        raise InputError(f"Cannot read the reference {path}: {error}. Give a WAV, FLAC or OGG file.") from error
+    mono = waveform.mean(axis=1)
+    return mono if rate == sample_rate else soxr.resample(mono, rate, sample_rate).astype(np.float32)
+
+
 def reference_window(waveform: np.ndarray, reference_frames: int, n_fft: int, hop_length: int) -> tuple[np.ndarray,
                                                                                                          int]:
     """A clip ``[samples]`` -> (the samples its middle ``reference_frames`` mel frames read ``[(reference_frames - 1)

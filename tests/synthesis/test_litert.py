@@ -10,12 +10,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile
 from click.testing import CliRunner
 
 from conftest import bundled_wavs
 from test_export import MIN_SNR_DB, TEXT, neural_vocoder, untrained_run  # noqa: F401  (the vocoder fixture)
 
 pytest.importorskip("ai_edge_litert")
+
+REPO = Path(__file__).resolve().parents[2]
 
 # three sentences, each within the largest text bucket (64 tokens), together past it
 LONG_TEXT = "Printing differs from most arts. It is comparatively modern. The first books were printed in Mainz."
@@ -105,6 +108,15 @@ def test_litert_export_runs_without_tensorflow_and_matches_synthesize(litert_run
     # a text past the largest bucket is refused with what to do, never cut; split at its sentences it is said whole
     assert "split it" in answer["long"]
     assert answer["long_split"] > said.size
+
+    # the example a device runs: the export, a clip and a text in, a WAV out, never TensorFlow
+    example = subprocess.run([sys.executable, str(REPO / "examples" / "litert_speak.py"), str(out), str(reference),
+                              LONG_TEXT, str(tmp_path / "said.wav"), "--threads", "1"],
+                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert example.returncode == 0, example.stderr
+    assert "TensorFlow imported: False" in example.stdout
+    written, rate = soundfile.read(tmp_path / "said.wav", dtype="float32")
+    assert rate == 22050 and written.size >= answer["long_split"] - 1
 
 
 def test_litert_export_errors_are_clear(litert_run, tmp_path):
