@@ -214,7 +214,11 @@ class NeuralVocoder(Vocoder):
         masked = {} if frame_mask is None else {"frame_mask": frame_mask}
         wave = self.generator(log_mel, training=False, **masked)  # [batch, (frames - 1) * hop]
         if frame_mask is not None:  # the samples past each item's speech, as past the end of its own waveform
-            speech = tf.cast(tf.sequence_mask((mel_lengths - 1) * self.hop_length, tf.shape(wave)[1]), wave.dtype)
+            # sample s belongs to frame s // hop: a frame-level mask repeated hop times (no range over the samples,
+            # which a converter may fold into a constant of every bucket's length)
+            hops = tf.cast(tf.sequence_mask(mel_lengths - 1, tf.shape(log_mel)[1] - 1), wave.dtype)  # [batch, F - 1]
+            speech = tf.reshape(tf.broadcast_to(hops[:, :, None], [tf.shape(hops)[0], tf.shape(hops)[1],
+                                                                   self.hop_length]), tf.shape(wave))
             wave = wave * speech  # [batch, samples]
         if self.frontend is None:
             return wave
