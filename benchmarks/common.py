@@ -71,15 +71,16 @@ def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def run_child(arguments: list[str], environment: dict[str, str] | None = None, timeout: float = 900.0,
-              nice: int = 5) -> dict[str, Any]:
+              nice: int = 5, python: str = sys.executable) -> dict[str, Any]:
     """Run ``python <arguments>`` niced, with extra environment variables; return its marked JSON result.
+    ``python``: this interpreter, or another one (a peer's own environment).
 
     The variables go into the child's environment before it starts, so they are set before the child
     imports TensorFlow. On failure returns ``{"error": ...}`` with the tail of stderr instead of raising:
     one failed child should not lose the other rounds.
     """
     env = child_environment(environment)
-    command = ["nice", "-n", str(nice), sys.executable, *arguments]
+    command = ["nice", "-n", str(nice), python, *arguments]
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     except subprocess.TimeoutExpired:

@@ -21,24 +21,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import REPO, RESULT_MARKER, child_environment, paired_ratios, spread, write_report
+from common import REPO, paired_ratios, run_child, spread, write_report
 from zero_shot_sets import held_out_texts
 
 BUNDLED = REPO / "data" / "ljspeech-bundled"
 WORKER = Path(__file__).resolve().parent / "litert_worker.py"
-
-
-def run_worker(python: str, request: dict, timeout: float = 900.0) -> dict:
-    """One round of one mode in a fresh process; ``{"error": ...}`` instead of raising (the other rounds go on)."""
-    try:
-        done = subprocess.run([python, str(WORKER), json.dumps(request)], env=child_environment(),
-                              capture_output=True, text=True, timeout=timeout, cwd=REPO)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith(RESULT_MARKER):
-            return json.loads(line[len(RESULT_MARKER):])
-    return {"error": f"exit code {done.returncode}", "stderr_tail": done.stderr[-2000:]}
 
 
 def piper_model_size(python: str) -> int | None:
@@ -112,7 +99,10 @@ def main() -> None:
             if round_index == 0 and name.endswith("/1-thread"):  # one engine's sentences, for the judges
                 save_dir = Path(args.workdir) / name.split("/")[0]
                 save_dir.mkdir(parents=True, exist_ok=True)
-            result = run_worker(python, {**request, "texts": texts, "save_dir": str(save_dir) if save_dir else None})
+            # a fresh process per round (its peak memory is its own); the niceness of every mode alike
+            result = run_child([str(WORKER), json.dumps({**request, "texts": texts,
+                                                         "save_dir": str(save_dir) if save_dir else None})],
+                               python=python)
             results[name].append(result)
             figure = result.get("real_time_factor")
             print(f"round {round_index + 1} {name}: " + (f"real-time factor {figure:.4f}, peak "
