@@ -17,10 +17,13 @@ import re
 from pathlib import Path
 
 import numpy as np
+import soundfile  # the project's audio readers, here without myxtts.audio (which imports TensorFlow)
+import soxr
 
 from myxtts.config import load_config
 from myxtts.data.language import run_text_processor
 from myxtts.errors import InputError
+from myxtts.run_dir import RunDir
 from myxtts.text import Vocabulary
 
 MODEL_FILE = "model.tflite"  # the names export_litert writes (myxtts.synthesis.litert, which imports TensorFlow)
@@ -34,9 +37,6 @@ class LiteRtLengthError(InputError):
 
 def read_clip(path: str | Path, sample_rate: int) -> np.ndarray:
     """An audio file (any format soundfile reads) -> mono float32 ``[samples]`` at ``sample_rate`` (soxr)."""
-    import soundfile  # the audio readers the project uses; here without myxtts.audio, which imports TensorFlow
-    import soxr
-
     try:
         waveform, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
     except (OSError, RuntimeError) as error:
@@ -74,8 +74,8 @@ class LiteRtVoice:
             raise InputError(f"{folder} holds no LiteRT export ({MODEL_FILE} and {RECORD_FILE}): write one with "
                              "`myxtts export --format litert`.")
         self.record = json.loads((folder / RECORD_FILE).read_text(encoding="utf-8"))
-        cfg = load_config(folder / "config.yaml")
-        self.text_processor = run_text_processor(cfg, Vocabulary.load(folder / "vocab.json", cfg.text))
+        cfg = load_config(folder / RunDir.CONFIG)
+        self.text_processor = run_text_processor(cfg, Vocabulary.load(folder / RunDir.VOCAB, cfg.text))
         self.sample_rate = int(self.record["sample_rate"])
         self.text_buckets, self.mel_buckets = list(self.record["text_buckets"]), list(self.record["mel_buckets"])
         self.interpreter = Interpreter(model_path=str(folder / MODEL_FILE), num_threads=threads)

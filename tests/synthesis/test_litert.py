@@ -78,7 +78,7 @@ def test_litert_export_runs_without_tensorflow_and_matches_synthesize(litert_run
     assert result.exit_code == 0, result.output
     assert "built-in ops only" in result.output
     assert {path.name for path in out.iterdir()} == {".myxtts.json", "model.tflite", "litert.json", "vocab.json",
-                                                     "config.yaml"}
+                                                     "mel_stats.json", "config.yaml"}
     record = json.loads((out / "litert.json").read_text())
     assert record["text_buckets"] == [32, 64] and record["mel_buckets"] == [128, 256]
     assert set(record["signatures"]) == {"speaker_embedding", "durations_32", "durations_64", "decode_128",

@@ -191,8 +191,8 @@ def export_command(run_dir, out_dir, config_path, force, export_format, quantize
                                 quantize=quantize)
         size = (Path(written) / MODEL_FILE).stat().st_size / 1e6
         click.echo(f"wrote LiteRT model {Path(written) / MODEL_FILE} ({size:.1f} MB, built-in ops only, weights "
-                   f"{'float32' if quantize == 'none' else quantize}; with litert.json, vocab.json, config.yaml: "
-                   "myxtts.litert_voice runs it)")
+                   f"{'float32' if quantize == 'none' else quantize}; with litert.json, vocab.json, mel_stats.json, "
+                   "config.yaml: myxtts.litert_voice runs it)")
         return
     from myxtts.synthesis.export import export_run
 

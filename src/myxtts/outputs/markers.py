@@ -44,7 +44,7 @@ LAYOUTS = {
                    *(f"{RunDir.OWN_VOCODER}/{pattern}" for pattern in (MARKER, *_VOCODER_FILES))),
     EXPORT: (MARKER, "saved_model.pb", "fingerprint.pb", "variables/variables.index",
              "variables/variables.data-*-of-*", "assets/vocab.json", "assets/mel_stats.json", "assets/export.json"),
-    LITERT_EXPORT: (MARKER, "model.tflite", "litert.json", "vocab.json", "config.yaml"),
+    LITERT_EXPORT: (MARKER, "model.tflite", "litert.json", RunDir.VOCAB, RunDir.MEL_STATS, RunDir.CONFIG),
 }
 _RUN_FILES = (RunDir.CONFIG, RunDir.VOCAB, RunDir.MEL_STATS, RunDir.CORPUS, RunDir.INIT_FROM, RunDir.LOCK,
               RunDir.METRICS, RunDir.RETRACES, RunDir.LISTENING_RECORD, RunDir.DEMO_WAV, MARKER)

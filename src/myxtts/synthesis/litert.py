@@ -15,7 +15,8 @@ buckets), the vocoder inside and the weights shared by all of them:
 
 The caller encodes the text, picks the smallest text bucket that holds it, reads the total of the durations and
 picks the smallest mel bucket that holds it (a longer text: split it into sentences first). ``litert.json`` beside
-the model says the buckets and shapes; ``vocab.json`` and ``config.yaml`` give the text front-end
+the model says the buckets and shapes; ``vocab.json`` and ``config.yaml`` give the text front-end, ``mel_stats.json``
+the normalisation the graph applies
 (``myxtts.litert_voice.LiteRtVoice`` runs it all without TensorFlow).
 
 Built-in ops only: the STFTs of the front-end and the vocoder trace as real matmuls with fixed DFT bases
@@ -39,7 +40,7 @@ from myxtts.errors import InputError
 from myxtts.mel import MelFrontend, sharpen_across_bins
 from myxtts.model.layers import length_mask
 from myxtts.outputs import LITERT_EXPORT, check_output_folder, write_staged
-from myxtts.run_dir import checkpoint_step, latest_checkpoint
+from myxtts.run_dir import RunDir, checkpoint_step, latest_checkpoint
 from myxtts.synthesis.decoding import CompiledDecoder
 from myxtts.synthesis.export import Untracked
 from myxtts.synthesis.lengths import LengthPolicy
@@ -138,8 +139,8 @@ def convert(module: LiteRtModule, quantize: str = "none") -> bytes:
 
 def export_litert(run_dir: str | Path, out_dir: str | Path, config: str | Path | None = None, force: bool = False,
                   vocoder: str | Path | None = None, quantize: str = "none") -> Path:
-    """Write ``out_dir``: ``model.tflite`` (the module docstring's signatures), ``litert.json``, ``vocab.json`` and
-    ``config.yaml``. ``vocoder``: a neural vocoder directory (None: the run's own); Griffin-Lim, an iterative
+    """Write ``out_dir``: ``model.tflite`` (the module docstring's signatures), ``litert.json``, ``vocab.json``,
+    ``mel_stats.json`` and ``config.yaml``. ``vocoder``: a neural vocoder directory (None: the run's own); Griffin-Lim, an iterative
     algorithm, is not exported. ``out_dir`` must be new, empty or (``force``) an earlier LiteRT export; it is written
     beside and swapped in once complete."""
     out_dir = Path(out_dir)
@@ -159,7 +160,8 @@ def export_litert(run_dir: str | Path, out_dir: str | Path, config: str | Path |
     if cfg.audio.n_fft % cfg.audio.hop_length:
         raise InputError(f"A LiteRT export needs audio.n_fft ({cfg.audio.n_fft}) to be a multiple of "
                          f"audio.hop_length ({cfg.audio.hop_length}): its STFTs are framed by reshaping.")
-    module = LiteRtModule(cfg, model, load_run_mel_stats(run_dir, cfg), chosen)
+    mel_stats = load_run_mel_stats(run_dir, cfg)
+    module = LiteRtModule(cfg, model, mel_stats, chosen)
     flatbuffer = convert(module, quantize)
     record = {"run": Path(run_dir).resolve().name, "checkpoint": Path(checkpoint).name,
               "step": checkpoint_step(checkpoint), "quantize": quantize, "sample_rate": cfg.audio.sample_rate,
@@ -173,8 +175,9 @@ def export_litert(run_dir: str | Path, out_dir: str | Path, config: str | Path |
     def write(staging: Path) -> Path:
         (staging / MODEL_FILE).write_bytes(flatbuffer)
         (staging / RECORD_FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
-        vocabulary.save(staging / "vocab.json")
-        save_config(cfg, staging / "config.yaml")
+        vocabulary.save(staging / RunDir.VOCAB)
+        mel_stats.save(staging / RunDir.MEL_STATS)  # inside the graph too; beside it for who reads the mels
+        save_config(cfg, staging / RunDir.CONFIG)
         return out_dir
 
     return write_staged(out_dir, "export", LITERT_EXPORT, write)
