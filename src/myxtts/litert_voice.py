@@ -99,7 +99,9 @@ class LiteRtVoice:
         return np.asarray(self.text_processor.encode(text), np.int32)
 
     def say(self, text: str, embedding: np.ndarray, speed: float = 1.0) -> np.ndarray:
-        """One sentence in the voice of ``embedding`` -> its waveform ``[samples]`` float32."""
+        """One sentence in the voice of ``embedding`` -> its waveform ``[samples]`` float32; ``speed`` in [0.25, 4]."""
+        if not 0.25 <= speed <= 4.0:  # NaN fails too; the graph's own bound (synthesis.export.SPEED_RANGE)
+            raise InputError(f"speed must be in [0.25, 4] (1: the trained rate), got {speed}.")
         ids = self.tokens(text)
         bucket = next((size for size in self.text_buckets if size >= ids.size), None)
         if bucket is None:

@@ -14,7 +14,8 @@ import soundfile
 from click.testing import CliRunner
 
 from conftest import bundled_wavs
-from test_export import MIN_SNR_DB, TEXT, neural_vocoder, untrained_run  # noqa: F401  (the vocoder fixture)
+from test_export import (MIN_SNR_DB, TEXT, autoregressive_run, neural_vocoder,  # noqa: F401  (fixtures)
+                         untrained_run)
 
 pytest.importorskip("ai_edge_litert")
 
@@ -33,6 +34,11 @@ reference, _ = soundfile.read(sys.argv[2], dtype="float32")
 embedding = voice.speaker_embedding(reference)
 out = {"embedding": embedding.tolist(), "said": voice.say(sys.argv[3], embedding).tolist()}
 out["faster"] = int(voice.say(sys.argv[3], embedding, speed=2.0).size)
+try:
+    voice.say(sys.argv[3], embedding, speed=0.0)
+    out["bad_speed"] = "said"
+except ValueError as error:  # InputError
+    out["bad_speed"] = str(error)
 ops = {op["op_name"] for op in voice.interpreter._get_ops_details()}
 out["ops"] = sorted(ops)
 shapes = {}
@@ -101,6 +107,7 @@ def test_litert_export_runs_without_tensorflow_and_matches_synthesize(litert_run
     snr = float(10 * np.log10(np.sum(expected.waveform ** 2) / np.sum((said - expected.waveform) ** 2)))
     assert snr >= MIN_SNR_DB, snr
     assert 0.4 * said.size <= answer["faster"] <= 0.6 * said.size  # speed divides the durations
+    assert "speed must be in [0.25, 4]" in answer["bad_speed"]
     for name, outputs in answer["shapes"].items():
         assert all(finite for _, finite in outputs.values()), (name, outputs)
         if name.startswith("decode_"):
@@ -119,8 +126,13 @@ def test_litert_export_runs_without_tensorflow_and_matches_synthesize(litert_run
     assert rate == 22050 and written.size >= answer["long_split"] - 1
 
 
-def test_litert_export_errors_are_clear(litert_run, tmp_path):
+def test_litert_export_errors_are_clear(litert_run, autoregressive_run, neural_vocoder, tmp_path):  # noqa: F811
     from myxtts.cli import main
+
+    result = CliRunner().invoke(main, ["export", "--run", str(autoregressive_run), "--out", str(tmp_path / "c"),
+                                       "--format", "litert", "--vocoder", str(neural_vocoder)])
+    assert result.exit_code != 0 and "parallel decoder" in result.output and "SavedModel" in result.output
+    assert not (tmp_path / "c").exists()
 
     result = CliRunner().invoke(main, ["export", "--run", str(litert_run), "--out", str(tmp_path / "a"),
                                        "--quantize", "int8"])

@@ -42,10 +42,9 @@ from myxtts.model.layers import length_mask
 from myxtts.outputs import LITERT_EXPORT, check_output_folder, write_staged
 from myxtts.run_dir import RunDir, checkpoint_step, latest_checkpoint
 from myxtts.synthesis.decoding import CompiledDecoder
-from myxtts.synthesis.export import Untracked
+from myxtts.synthesis.export import SPEED_RANGE, Untracked
 from myxtts.synthesis.lengths import LengthPolicy
 from myxtts.synthesis.run_files import load_model_from_run
-from myxtts.vocoder import GriffinLim
 from myxtts.vocoder.neural import NeuralVocoder, choose_vocoder, load_vocoder
 
 MODEL_FILE = "model.tflite"
@@ -104,8 +103,9 @@ class LiteRtModule(tf.Module):
         return {"embedding": self.decoder.latents_function(1)(mel, frames)}  # [1, K, d]
 
     def _durations(self, token_ids, token_count, speed):
+        speed = tf.clip_by_value(speed, SPEED_RANGE[0], SPEED_RANGE[1])  # as the SavedModel and `serve` bound it
         text, durations = self.decoder.durations_function(1, int(token_ids.shape[1]))(
-            token_ids, token_count, 1.0 / tf.maximum(speed, 1e-3))
+            token_ids, token_count, 1.0 / speed)
         return {"text": text, "durations": durations}  # [1, max_text, d], [1, max_text]
 
     def _decode(self, text, durations, embedding, frames: int):
@@ -150,7 +150,10 @@ def export_litert(run_dir: str | Path, out_dir: str | Path, config: str | Path |
     checkpoint = latest_checkpoint(run_dir)
     cfg, model, vocabulary = load_model_from_run(run_dir, config, checkpoint=checkpoint)
     chosen = load_vocoder(choose_vocoder(vocoder, run_dir), cfg.audio, f"the run {run_dir}")
-    if isinstance(chosen, GriffinLim) or not isinstance(chosen, NeuralVocoder):
+    if cfg.model.decoder != "parallel":
+        raise InputError(f"A LiteRT export takes the parallel decoder; the run {run_dir} has model.decoder "
+                         f"{cfg.model.decoder!r} (its step loop is no built-in op): export it as a SavedModel instead.")
+    if not isinstance(chosen, NeuralVocoder):
         raise InputError(f"The run {run_dir} has no neural vocoder of its own: a LiteRT export needs one (give "
                          "--vocoder, e.g. pretrained/vocoder-vocos-ljspeech); Griffin-Lim is not exported.")
     if chosen.generator.family != "vocos":

@@ -121,17 +121,21 @@ class VocosGenerator(BuiltByFirstCall, keras.Model):
         ``frame_mask`` ``[batch, frames]`` (a padded batch): every convolution's input is zero past each item's
         frames, as past the end of an unpadded mel, so the real frames come out as they would alone; the magnitude
         past them is zero."""
-        keep = 1.0 if frame_mask is None else tf.cast(frame_mask, log_mel.dtype)[..., None]  # [batch, frames, 1]
-        x = (log_mel - self.mel_mean) / self.mel_std * keep  # [batch, frames, n_mels]
+        keep = None if frame_mask is None else tf.cast(frame_mask, log_mel.dtype)[..., None]  # [batch, frames, 1]
+
+        def masked(values: tf.Tensor) -> tf.Tensor:  # no op at all without a mask (training, the engine)
+            return values if keep is None else values * keep
+
+        x = masked((log_mel - self.mel_mean) / self.mel_std)  # [batch, frames, n_mels]
         x = self.embed_norm(self.embed(x))  # [batch, frames, dim]
         for block in self.blocks:
-            x = block(x * keep)
+            x = block(masked(x))
         x = self.head(self.final_norm(x))  # [batch, frames, n_fft + 2]
         log_magnitude, phase = tf.split(x, 2, axis=-1)  # each [batch, frames, n_fft // 2 + 1]
         if self.prior_frontend is not None:
             prior = self.prior_frontend.pseudo_inverse_magnitude(log_mel)  # [batch, frames, n_fft // 2 + 1]
             log_magnitude = log_magnitude + tf.math.log(tf.maximum(prior, PRIOR_FLOOR))
-        return tf.exp(tf.minimum(log_magnitude, MAX_LOG_MAGNITUDE)) * keep, phase
+        return masked(tf.exp(tf.minimum(log_magnitude, MAX_LOG_MAGNITUDE))), phase
 
     def call(self, log_mel: tf.Tensor, training: bool = False, frame_mask: tf.Tensor | None = None) -> tf.Tensor:
         magnitude, phase = self.spectrum(log_mel, frame_mask)
