@@ -21,6 +21,8 @@ MAX_BYTES = 20 * 1024 * 1024  # small enough to keep in the repository
 
 REAL_BASE = REPO / "pretrained" / "base-real-tiny"  # the zero-shot base, pretrained on real voices
 ALL_SHIPPED_BYTES = 40 * 1024 * 1024  # every shipped model together (links counted once)
+VOCODER = REPO / "pretrained" / "vocoder-vocos-ljspeech"
+REAL_VOCODER = REPO / "pretrained" / "vocoder-vocos-real"  # the LJSpeech one fine-tuned on the real-voice corpora
 
 
 def _model_record(base: Path = PRETRAINED) -> dict:
@@ -46,8 +48,10 @@ def _card_section(base: Path) -> str:
 def test_shipped_base_is_complete_small_and_its_card_describes_it(base):
     for name in ("config.yaml", "vocab.json", "mel_stats.json", "corpus.json", "model.json"):
         assert (base / name).is_file(), name
-    # its own vocoder is the shipped one, linked (not a second copy: the size below counts the base alone)
-    assert (base / "vocoder").is_symlink() and (base / "vocoder").resolve() == VOCODER.resolve()
+    # its own vocoder is a shipped one, linked (not a second copy: the size below counts the base alone): the
+    # LJSpeech vocoder for the espeak base, the one fine-tuned on the real voices' corpora for the real-voice base
+    own = VOCODER if base == PRETRAINED else REAL_VOCODER
+    assert (base / "vocoder").is_symlink() and (base / "vocoder").resolve() == own.resolve()
     record = _model_record(base)
     checkpoint_files = list((base / "checkpoints").iterdir())
     assert any(p.name.startswith(record["checkpoint"] + ".") for p in checkpoint_files)
@@ -162,23 +166,26 @@ def test_shipped_base_speaks_in_voices_it_never_heard(tmp_path):
         assert cosine >= 0.7 and moved >= 0.5, (index, cosine, moved)
 
 
-# ---- the shipped vocoder ----------------------------------------------------------------------------------------
-VOCODER = REPO / "pretrained" / "vocoder-vocos-ljspeech"
+# ---- the shipped vocoders ---------------------------------------------------------------------------------------
 HELD_OUT_CLIP = BUNDLED / "wavs" / "LJ001-0174.wav"  # one of the vocoder benchmark's held-out clips: never trained on
 
 
-def test_shipped_vocoder_is_complete_small_fits_the_base_and_its_card_describes_it():
+@pytest.mark.parametrize("vocoder", [VOCODER, REAL_VOCODER], ids=lambda vocoder: vocoder.name)
+def test_shipped_vocoder_is_complete_small_fits_the_base_and_its_card_describes_it(vocoder):
     from myxtts.config import load_config
     from myxtts.vocoder.neural import check_audio_match, read_vocoder_dir
 
-    _, record = read_vocoder_dir(VOCODER)
-    size = sum(p.stat().st_size for p in VOCODER.rglob("*") if p.is_file())
+    _, record = read_vocoder_dir(vocoder)
+    size = sum(p.stat().st_size for p in vocoder.rglob("*") if p.is_file())
     assert size < MAX_BYTES, f"{size} bytes"
-    check_audio_match(VOCODER, record["audio"], "the shipped base", load_config(PRETRAINED / "config.yaml").audio)
-    card = (REPO / "docs" / "pretrained.md").read_text(encoding="utf-8")
+    check_audio_match(vocoder, record["audio"], "the shipped base", load_config(PRETRAINED / "config.yaml").audio)
+    card = _card_section(vocoder)
     assert f"step {record['step']:,}" in card and f"{record['training_minutes']:.0f} training minutes" in card
+    if vocoder == REAL_VOCODER:  # it has heard the real voices, and says whose (with their licences)
+        for needed in ("LibriSpeech", "CC BY 4.0", "Common Voice", "CC0"):
+            assert needed in record["trained_on"] and needed in card, needed
     for name in ("config.yaml", "vocoder.json"):
-        text = (VOCODER / name).read_text(encoding="utf-8")
+        text = (vocoder / name).read_text(encoding="utf-8")
         assert "/work/" not in text and "/tmp/" not in text, name
     # it ships its discriminators, and the clone recipe (configs/vocoder-finetune.yaml) builds the same generator
     # and discriminators, so its warm start restores both: a fine-tune against trained discriminators
@@ -187,14 +194,15 @@ def test_shipped_vocoder_is_complete_small_fits_the_base_and_its_card_describes_
     from myxtts.vocoder.neural import restore_generator
 
     recipe = load_config(REPO / "configs" / "vocoder-finetune.yaml")
-    restored = restore_generator(VOCODER, recipe, build_generator(recipe), build_discriminators(recipe))
+    restored = restore_generator(vocoder, recipe, build_generator(recipe), build_discriminators(recipe))
     # and its fine-tune synthesises as the shipped vocoder does: part of the magnitude from the mel (the card says so)
-    shipped_share = load_config(VOCODER / "config.yaml").vocoder.magnitude_from_mel
+    shipped_share = load_config(vocoder / "config.yaml").vocoder.magnitude_from_mel
     assert shipped_share == recipe.vocoder.magnitude_from_mel > 0 and f"magnitude_from_mel: {shipped_share}" in card
     assert record["discriminators"] is True and restored["discriminators"] is True
 
 
-def test_shipped_vocoder_resynthesises_a_held_out_clip_and_speaks_for_the_base(tmp_path):
+@pytest.mark.parametrize("vocoder", [VOCODER, REAL_VOCODER], ids=lambda vocoder: vocoder.name)
+def test_shipped_vocoder_resynthesises_a_held_out_clip_and_speaks_for_the_base(tmp_path, vocoder):
     from myxtts.audio import load_audio
     from myxtts.mel import MelFrontend
     from myxtts.config import load_config
@@ -204,15 +212,17 @@ def test_shipped_vocoder_resynthesises_a_held_out_clip_and_speaks_for_the_base(t
     audio_cfg = load_config(PRETRAINED / "config.yaml").audio
     frontend = MelFrontend(audio_cfg)
     mel = frontend(load_audio(HELD_OUT_CLIP, audio_cfg.sample_rate)).numpy()  # [frames, n_mels]
-    shipped = load_vocoder(VOCODER, audio_cfg)
-    untrained = NeuralVocoder(build_generator(load_config(VOCODER / "config.yaml")), audio_cfg)
+    shipped = load_vocoder(vocoder, audio_cfg)
+    untrained = NeuralVocoder(build_generator(load_config(vocoder / "config.yaml")), audio_cfg)
 
-    def mel_error(vocoder) -> float:
-        return float(np.mean(np.abs(frontend(vocoder(mel)).numpy() - mel)))
+    def mel_error(candidate) -> float:
+        return float(np.mean(np.abs(frontend(candidate(mel)).numpy() - mel)))
 
     assert mel_error(shipped) < 0.5 * mel_error(untrained)
+    # the LJSpeech vocoder speaks for the espeak base when asked; the real-voice one is the real-voice base's own
     out = tmp_path / "base.wav"
-    _cli(["synthesize", "--run", str(PRETRAINED), "--vocoder", str(VOCODER), "--text", "Printing, in the only sense.",
+    run = ["--run", str(PRETRAINED), "--vocoder", str(vocoder)] if vocoder == VOCODER else ["--run", str(REAL_BASE)]
+    _cli(["synthesize", *run, "--text", "Printing, in the only sense.",
           "--reference", str(sorted((BUNDLED / "wavs").glob("*.wav"))[0]), "--out", str(out)])
     audio, rate = sf.read(out)
     assert rate == audio_cfg.sample_rate and 0.8 < len(audio) / rate < 4.0 and np.sqrt(np.mean(audio ** 2)) > 0.01
