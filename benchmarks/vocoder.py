@@ -3,7 +3,7 @@
 For the last ``--held-out`` clips of an LJSpeech-layout corpus (never trained on: the shipped vocoder trains on the
 clips before them), each recording's log mel (the project's front-end) is turned back into audio by every system and
 judged against the recording (``vocoder_metrics``: PESQ-wb, STOI, MCD, F0 RMSE, V/UV F1, periodicity error,
-naturalness with ``--nisqa`` at the recordings' level, pocketsphinx CER, Resemblyzer similarity). The recordings are
+naturalness with ``--nisqa`` at the recordings' level, pocketsphinx CER, Whisper WER, Resemblyzer similarity). The recordings are
 judged too, so every figure has its ceiling beside it. ``--curve RUN`` adds one system per checkpoint of a vocoder
 run (and of ``--snapshots DIR``, copies of older ones), with its training minutes: quality against training time. The
 real-time factor (vocoding seconds / audio seconds, 2 cores) is measured in ``--rounds`` alternated rounds, paired per
@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 from common import paired_ratios, spread, tensorflow_environment  # noqa: E402
 from myxtts.machine import machine  # noqa: E402
 
-QUALITY_KEYS = ("naturalness", "cer", "similarity", "pesq_wb", "stoi", "mcd", "f0_rmse", "vuv_f1", "periodicity_rmse",
+QUALITY_KEYS = ("naturalness", "wer", "cer", "similarity", "pesq_wb", "stoi", "mcd", "f0_rmse", "vuv_f1", "periodicity_rmse",
                 "naturalness_own_level", "level_db")
 
 
@@ -85,6 +85,7 @@ def judge(waves: list[np.ndarray], recordings: list[np.ndarray], texts: list[str
     import vocoder_metrics as metrics
     from myxtts.evaluation.listening_measures import listen
     from myxtts.evaluation.metrics import mel_cepstral_distortion
+    from myxtts.evaluation.whisper_listener import listen_whisper, shared_listener, whisper_available
 
     per_clip: dict[str, list[float]] = {key: [] for key in QUALITY_KEYS}
     aligned = not reference_free and not all(wave is recording for wave, recording in zip(waves, recordings))
@@ -99,6 +100,10 @@ def judge(waves: list[np.ndarray], recordings: list[np.ndarray], texts: list[str
                     per_clip[key].append(value)
     heard = listen(waves, texts, rate)
     per_clip["cer"] = [item["cer"] for item in heard["items"]]
+    whisper = None
+    if not args.no_whisper and whisper_available():  # the field's listener, beside pocketsphinx
+        whisper = listen_whisper(shared_listener(), waves, texts, rate)
+        per_clip["wer"] = [item["wer"] for item in whisper["items"]]
     if not args.no_similarity:
         per_clip["similarity"] = metrics.leave_one_out_similarity(waves, recordings, rate)
     per_clip["level_db"] = [20 * np.log10(max(metrics.active_level(wave, rate), 1e-9)
@@ -110,6 +115,8 @@ def judge(waves: list[np.ndarray], recordings: list[np.ndarray], texts: list[str
         per_clip["naturalness_own_level"] = metrics.naturalness(waves, rate, Path(args.nisqa))
     means = {key: float(np.nanmean(values)) for key, values in per_clip.items() if values}
     means["cer"] = heard["cer"]  # the corpus CER (characters pooled), as the other benchmarks report it
+    if whisper is not None:
+        means["wer"] = whisper["wer"]  # the corpus WER (words pooled)
     return {**means, "per_clip": per_clip}
 
 
@@ -227,6 +234,8 @@ def main() -> None:
                         help="End to end, the voice: the corpus' first N clips (training clips; latents averaged).")
     parser.add_argument("--no-pitch", action="store_true", help="Skip pYIN (F0, V/UV, periodicity): faster.")
     parser.add_argument("--no-similarity", action="store_true", help="Skip Resemblyzer.")
+    parser.add_argument("--no-whisper", action="store_true",
+                        help="Skip Whisper's WER (measured when faster-whisper, the judge extra, is installed).")
     parser.add_argument("--json", type=Path, help="Write the report here (and the plot beside it).")
     parser.add_argument("--make-train-corpus", type=Path, metavar="DIR",
                         help="Only write DIR: the corpus without its held-out clips (the vocoder recipe's data).")

@@ -22,7 +22,7 @@ def test_demo_prepares_trains_synthesizes_and_summarizes(tmp_path: Path) -> None
     raw["data"]["corpus_path"] = str(REPO / "data" / "ljspeech-bundled")
     raw["data"]["cache_dir"] = str(tmp_path / "cache")
     raw["data"]["num_buckets"] = 2
-    raw["training"]["init_from"] = str(REPO / "pretrained" / "base-espeak-tiny")  # the shipped base model
+    raw["training"]["init_from"] = str(REPO / "pretrained" / "base-real-tiny")  # the shipped base model
     config = tmp_path / "demo.yaml"
     config.write_text(yaml.safe_dump(raw), encoding="utf-8")
     # listening while training (its own warm-up, pocketsphinx at the final validation) is test_train_listening's
@@ -64,13 +64,13 @@ def test_demo_prepares_trains_synthesizes_and_summarizes(tmp_path: Path) -> None
     plot = Path(listened["sentences"][0]["plot"])
     assert plot.is_file() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    # the warm start gave the run the base's own vocoder (the shipped one): what the demo and `synthesize --run` use
+    # the warm start gave the run the base's own vocoder (the real-voice one): what the demo and `synthesize --run` use
     # unasked
     assert f"vocoder:                    {run_dir / 'vocoder'} (the run's own)" in out
     inherited = json.loads((run_dir / "init_from.json").read_text(encoding="utf-8"))["vocoder"]
-    assert Path(inherited) == REPO / "pretrained" / "base-espeak-tiny" / "vocoder"
+    assert Path(inherited) == REPO / "pretrained" / "base-real-tiny" / "vocoder"
     assert json.loads((run_dir / "vocoder" / "vocoder.json").read_text())["step"] == \
-        json.loads((REPO / "pretrained" / "vocoder-vocos-ljspeech" / "vocoder.json").read_text())["step"]
+        json.loads((REPO / "pretrained" / "vocoder-vocos-real" / "vocoder.json").read_text())["step"]
     first_samples = samples
 
     # a second run resumes from the checkpoint instead of refusing the non-empty workdir

@@ -354,7 +354,7 @@ def test_the_fine_tuning_recipe_builds_the_base_recipes_model():
     from myxtts.training.warm_start import check_compatible
 
     configs = Path(__file__).resolve().parents[2] / "configs"
-    base, finetune = load_config(configs / "base-espeak.yaml"), load_config(configs / "finetune.yaml")
+    base, finetune = load_config(configs / "base-real.yaml"), load_config(configs / "finetune.yaml")
     check_compatible(finetune, base, "ckpt", "the base recipe")  # raises naming any key that differs
-    assert finetune.init_from == (configs.parent / "pretrained" / "base-espeak-tiny").resolve()
+    assert finetune.init_from == (configs.parent / "pretrained" / "base-real-tiny").resolve()
     assert base.data.reference_frames == finetune.data.reference_frames >= 256  # ~3 s references
