@@ -109,12 +109,12 @@ def test_finetuning_recipe_fits_the_shipped_base_as_the_demo_does():
     from myxtts.config import load_config
     from myxtts.training.warm_start import check_compatible
 
-    base = load_config(PRETRAINED / "config.yaml")
-    checkpoint = str(PRETRAINED / "checkpoints" / _model_record()["checkpoint"])
+    base = load_config(REAL_BASE / "config.yaml")
+    checkpoint = str(REAL_BASE / "checkpoints" / _model_record(REAL_BASE)["checkpoint"])
     recipes = {name: load_config(REPO / "configs" / f"{name}.yaml") for name in ("finetune", "demo")}
     for name, cfg in recipes.items():
-        assert cfg.init_from.resolve() == PRETRAINED.resolve(), name
-        check_compatible(cfg, base, checkpoint, str(PRETRAINED))  # raises WarmStartError naming each difference
+        assert cfg.init_from.resolve() == REAL_BASE.resolve(), name
+        check_compatible(cfg, base, checkpoint, str(REAL_BASE))  # raises WarmStartError naming each difference
         assert cfg.text == base.text, name  # phonemes of the same language: the same symbol set
     # the same model but for its dropout, the synthesis-only mel_sharpening and pitch_variation, and the pitch modules a
     # warm start adds (the clone recipe's, not the demo's)
