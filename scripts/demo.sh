@@ -2,7 +2,8 @@
 # The end-to-end demo on the bundled mini corpus: prepare, report, train, synthesize, diagnose.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$ROOT/scripts/setup_env.sh" listen  # pocketsphinx: the demo prints the CER of what it synthesizes
+# pocketsphinx and Whisper (tiny.en, offline): the demo prints the CER and WER of what it synthesizes
+bash "$ROOT/scripts/setup_env.sh" listen,whisper
 cd "$ROOT"
 export TF_CPP_MIN_LOG_LEVEL=2
 # heard through the run's own vocoder: the shipped one, which the warm start from the shipped base gives the run
