@@ -62,6 +62,37 @@ def test_segments_align_audio_with_the_cached_mel(vocoder_cfg):
         assert float(np.median(error)) < 0.01 and float(error.max()) < 0.1
 
 
+@pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
+def test_a_share_of_segments_reads_the_recordings_mels_beside_the_acoustic_models(vocoder_cfg, tmp_path, share):
+    """vocoder.recorded_mel_share under --acoustic-run: each example reads the model's mel of its clip, or (a seeded
+    draw, at the share asked) the recordings' own; the audio and the offset are the same either way."""
+    from myxtts.data.cache import FeatureCache, read_utterance, write_utterance
+    from myxtts.data.vocoder_segments import VocoderSegments
+
+    cache = FeatureCache.load(vocoder_cfg)
+    acoustic = tmp_path / "acoustic-mels"  # a stand-in for the model's mels: each clip's real mel shifted by +4
+    for name in cache.files:
+        utterance = read_utterance(cache.cache_dir / name)
+        (acoustic / name).parent.mkdir(parents=True, exist_ok=True)
+        write_utterance(acoustic / name, utterance.tokens, utterance.mel.astype(np.float32) + 4.0, utterance.pitch)
+    cfg = dataclasses.replace(vocoder_cfg, vocoder=dataclasses.replace(vocoder_cfg.vocoder, recorded_mel_share=share))
+    mixed, recorded = VocoderSegments(cfg, "train", mel_dir=acoustic), VocoderSegments(vocoder_cfg, "train")
+    kinds = []
+    for mixed_batch, recorded_batch in zip(mixed.dataset().take(12), recorded.dataset().take(12)):
+        np.testing.assert_array_equal(mixed_batch["audio"].numpy(), recorded_batch["audio"].numpy())
+        difference = (mixed_batch["mel"] - recorded_batch["mel"]).numpy()  # [batch, frames, n_mels]
+        for example in difference:
+            assert np.allclose(example, 0.0) or np.allclose(example, 4.0, atol=0.02)  # one clip's mel or the other
+            kinds.append(bool(np.allclose(example, 0.0)))
+    recorded_count = sum(kinds)  # 48 examples
+    if share == 0.0:
+        assert recorded_count == 0
+    elif share == 1.0:
+        assert recorded_count == len(kinds)
+    else:
+        assert 0.25 * len(kinds) < recorded_count < 0.75 * len(kinds), recorded_count
+
+
 def test_alternating_update_answers_the_updated_discriminators(vocoder_cfg):
     """From the same weights and batch, both update orders step the discriminators identically (same generated
     audio), but only the alternating generator sees the stepped discriminators, so the generators differ."""
@@ -343,3 +374,10 @@ def test_train_vocoder_refuses_acoustic_only_keys_and_bad_segments(vocoder_cfg, 
     assert result.exit_code == 2 and "'float16'" in result.output and "bfloat16" in result.output
     result = runner.invoke(main, ["train-vocoder", "--config", str(config), "--set", "vocoder.segment_samples=1000"])
     assert result.exit_code == 2 and "vocoder.segment_samples" in result.output and "hop_length" in result.output
+    # the recordings' share of the mels means something only beside an acoustic model's mels
+    result = runner.invoke(main, ["train-vocoder", "--config", str(config), "--workdir", str(tmp_path / "run"),
+                                  "--set", "vocoder.recorded_mel_share=0.5"])
+    assert result.exit_code == 2 and "vocoder.recorded_mel_share" in result.output and "--acoustic-run" in result.output
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    result = runner.invoke(main, ["train-vocoder", "--config", str(config), "--set", "vocoder.recorded_mel_share=1.5"])
+    assert result.exit_code == 2 and "vocoder.recorded_mel_share" in result.output and "[0, 1]" in result.output

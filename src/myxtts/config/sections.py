@@ -263,6 +263,9 @@ class VocoderConfig:
     # synthesis: the output's STFT magnitude is the generator's times (mel pseudo-inverse / generator) ** this (a
     # geometric blend; the generator's phase, re-analysed, kept): 0 the generator's audio as is, 1 the mel's magnitude
     magnitude_from_mel: float = 0.0
+    # train-vocoder --acoustic-run: the share of training segments that read the recordings' own mels instead of the
+    # acoustic model's teacher-forced ones (0: the model's alone; a mix keeps the vocoder rendering real mels too)
+    recorded_mel_share: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -234,6 +234,9 @@ def _check_vocoder_keys(cfg: Config) -> Config:
     for key in ("mel_loss_weight", "stft_loss_weight", "feature_loss_weight", "adversarial_loss_weight"):
         if getattr(v, key) < 0:
             raise ConfigError(f"Config key 'vocoder.{key}' must be >= 0, got {getattr(v, key)}.")
+    if not 0.0 <= v.recorded_mel_share <= 1.0:
+        raise ConfigError(f"Config key 'vocoder.recorded_mel_share' must be in [0, 1] (the share of segments read from "
+                         f"the recordings' mels under --acoustic-run), got {v.recorded_mel_share}.")
     if not 0.0 <= v.magnitude_from_mel <= 1.0:
         raise ConfigError(f"Config key 'vocoder.magnitude_from_mel' must be in [0, 1] (0: the generator's magnitude, 1: "
                          f"the mel's pseudo-inverse), got {v.magnitude_from_mel}.")

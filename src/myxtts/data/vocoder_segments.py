@@ -13,6 +13,8 @@ segment) -> batch (drop the remainder: one shape) -> prefetch. Clips shorter tha
 
 The mels may come from elsewhere than the cache's own (``mel_dir``): ``train-vocoder --acoustic-run`` writes an
 acoustic model's teacher-forced mels in the same utterance-file layout, so the vocoder learns the mels it will read.
+With ``vocoder.recorded_mel_share`` a seeded share of the examples reads the recordings' own mel of the clip instead
+(drawn per example from the same random stream as its offset), so the vocoder keeps rendering real mels too.
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ class VocoderSegments:
         self.rows = long_enough
         mel_root = Path(mel_dir) if mel_dir is not None else self.cache.cache_dir
         self.utterance_paths = [str(mel_root / self.cache.files[row]) for row in self.rows]
+        self.recorded_paths = [str(self.cache.cache_dir / self.cache.files[row]) for row in self.rows]
+        # the recordings' share: meaningful only when the mels come from elsewhere (otherwise both paths are one)
+        self.recorded_share = float(v.recorded_mel_share) if mel_dir is not None else 0.0
         self.audio_paths = [str(self.cache.cache_dir / audio_file(self.cache.files[row])) for row in self.rows]
         missing = [path for path in self.audio_paths[:1] + self.utterance_paths[:1] if not Path(path).is_file()]
         if missing:
@@ -73,7 +78,10 @@ class VocoderSegments:
         return {"mel": tf.TensorSpec([self.batch_size, self.segment_frames, self.n_mels], tf.float32),
                 "audio": tf.TensorSpec([self.batch_size, self.segment_samples], tf.float32)}
 
-    def _parse(self, utterance_path: tf.Tensor, audio_path: tf.Tensor, seed: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _parse(self, utterance_path: tf.Tensor, recorded_path: tf.Tensor, audio_path: tf.Tensor,
+               seed: tf.Tensor) -> dict[str, tf.Tensor]:
+        draw = tf.random.stateless_uniform([], seed=tf.stack([seed, tf.constant(1, tf.int64)]))
+        utterance_path = tf.where(draw < self.recorded_share, recorded_path, utterance_path)
         _, mel, _ = tf_read_utterance(utterance_path, self.n_mels)  # [frames, n_mels] float16
         audio, _ = tf.audio.decode_wav(tf.io.read_file(audio_path), desired_channels=1)  # [samples, 1]
         frames = tf.shape(mel)[0]
@@ -87,10 +95,10 @@ class VocoderSegments:
 
     def dataset(self) -> tf.data.Dataset:
         """Endless, shuffled (seeded, reshuffled each pass), one static shape; checkpointable."""
-        paths = tf.data.Dataset.from_tensor_slices((self.utterance_paths, self.audio_paths))
+        paths = tf.data.Dataset.from_tensor_slices((self.utterance_paths, self.recorded_paths, self.audio_paths))
         paths = paths.shuffle(len(self.rows), seed=self.seed, reshuffle_each_iteration=True).repeat()
         offsets = tf.data.Dataset.random(seed=self.seed)  # one int64 per example: its segment's offset
-        parse = tf.autograph.experimental.do_not_convert(lambda pair, seed: self._parse(pair[0], pair[1], seed))
+        parse = tf.autograph.experimental.do_not_convert(lambda paths, seed: self._parse(*paths, seed))
         examples = tf.data.Dataset.zip((paths, offsets)).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
         return examples.batch(self.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 

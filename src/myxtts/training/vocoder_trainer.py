@@ -149,6 +149,11 @@ class VocoderTrainer(StagedRun):
             if self.write_acoustic_mels is None:
                 raise VocoderTrainingError("Training on an acoustic run's mels needs what writes them: pass "
                                            "write_acoustic_mels=myxtts.synthesis.acoustic_mels.write_acoustic_mels.")
+        elif self.cfg.vocoder.recorded_mel_share > 0:
+            raise VocoderTrainingError(
+                f"vocoder.recorded_mel_share is {self.cfg.vocoder.recorded_mel_share}, but without --acoustic-run every "
+                "segment reads the recordings' mels already: pass --acoustic-run RUN to mix that model's mels in, or "
+                "remove the key.")
         new = check_workdir(self.workdir, "train-vocoder", VOCODER_RUN)  # refused before any write
         t = self.cfg.training
         if t.deterministic:
@@ -183,9 +188,12 @@ class VocoderTrainer(StagedRun):
         segments = VocoderSegments(self.cfg, "train", mel_dir=mel_dir)
         data = VocoderData(segments=segments, signature=segments.signature(),
                            validation=validation_clips(self.cfg, mel_dir=mel_dir), iterator=iter(segments.dataset()))
+        mels = "the recordings'" if mel_dir is None else (
+            f"{self.acoustic_run}'s teacher-forced" + (f", the recordings' on {segments.recorded_share:.0%} of the "
+                                                       "segments" if segments.recorded_share else ""))
         self.echo(f"vocoder data: {len(segments)} train clips ({len(segments.skipped)} shorter than one "
                   f"segment, skipped), segments of {segments.segment_samples} samples, batch "
-                  f"{segments.batch_size}; {len(data.validation)} validation clips")
+                  f"{segments.batch_size}, mels: {mels}; {len(data.validation)} validation clips")
         return data
 
     def stage_model(self, data: VocoderData) -> BuiltVocoder:
