@@ -81,3 +81,22 @@ def prepared_cache(tmp_path_factory):
     prepare(cfg, progress=False)
     return cfg
 
+
+
+@pytest.fixture(scope="session")
+def serving_run(tmp_path_factory) -> Path:
+    """test_export's pitch-conditioned parallel run (untrained, plausible durations), once per worker for the serving
+    tests; read-only."""
+    from test_export import PARALLEL_RUN_KEYS, untrained_run  # tests/synthesis: imported by then (collection)
+
+    return untrained_run(tmp_path_factory.mktemp("serving"), PARALLEL_RUN_KEYS)
+
+
+@pytest.fixture(scope="session")
+def serving_synthesizer(serving_run):
+    """One Synthesizer of ``serving_run`` (batch 4) per worker: each serving module builds its own engine and server on
+    it, one module's after the last one's is closed, so its compiled calls are traced once, not once per module.
+    A test that changes a weight puts it back."""
+    from myxtts.synthesis import Synthesizer
+
+    return Synthesizer.from_run(serving_run, batch_size=4)

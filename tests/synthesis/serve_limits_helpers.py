@@ -11,7 +11,6 @@ import contextlib
 import json
 import socket
 import threading
-from pathlib import Path
 from typing import Any, Iterator
 
 from conftest import bundled_wavs
@@ -27,13 +26,11 @@ def tight_limits():
 
 
 @contextlib.contextmanager
-def bounded_server(run_dir: Path) -> Iterator[tuple[str, Any]]:
-    """The run behind a real server with ``tight_limits``; yields (its URL, its SpeechEngine). Each test module holds
-    it in a module-scoped ``bounded`` fixture, so the server starts once per module."""
-    from myxtts.synthesis import Synthesizer
+def bounded_server(synthesizer) -> Iterator[tuple[str, Any]]:
+    """``synthesizer`` behind a real server with ``tight_limits``; yields (its URL, its SpeechEngine). Each test
+    module holds it in a module-scoped ``bounded`` fixture, so the server starts once per module."""
     from myxtts.synthesis.serving import SpeechEngine
 
-    synthesizer = Synthesizer.from_run(run_dir, batch_size=4)
     engine = SpeechEngine(synthesizer, {"linda": bundled_wavs(1)[0]}, batch_size=4, limits=tight_limits())
     with running_server(engine) as url:
         yield url, engine

@@ -83,12 +83,15 @@ def untrained_run(root: Path, model_keys: dict, data_keys: dict | None = None) -
     return root / "run"
 
 
+# the clone recipe's model: the parallel decoder with pitch conditioning (a predictor says each token's pitch), its
+# contour said wider than predicted (model.pitch_variation: the SavedModel's graph scales it as synthesize does); the
+# serving tests' run too (conftest.py, `serving_run`)
+PARALLEL_RUN_KEYS = {"decoder_conv_blocks": 2, "pitch_conditioning": True, "pitch_variation": 1.5}
+
+
 @pytest.fixture(scope="module")
 def parallel_run(tmp_path_factory) -> Path:
-    # the clone recipe's model: the parallel decoder with pitch conditioning (a predictor says each token's pitch),
-    # its contour said wider than predicted (model.pitch_variation: the SavedModel's graph scales it as synthesize does)
-    return untrained_run(tmp_path_factory.mktemp("export"), {"decoder_conv_blocks": 2, "pitch_conditioning": True,
-                                                              "pitch_variation": 1.5})
+    return untrained_run(tmp_path_factory.mktemp("export"), PARALLEL_RUN_KEYS)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from conftest import BUNDLED_CORPUS, bundled_wavs
-from test_export import parallel_run  # noqa: F401  (the fixture: a pitch-conditioned parallel run, plausible durations)
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -62,12 +61,11 @@ def running_server(engine) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def server(parallel_run):  # noqa: F811
-    from myxtts.synthesis import Synthesizer
+def server(serving_synthesizer):
     from myxtts.synthesis.server_limits import ServerLimits
     from myxtts.synthesis.serving import SpeechEngine, to_pcm16
 
-    synthesizer = Synthesizer.from_run(parallel_run, batch_size=4)
+    synthesizer = serving_synthesizer
     engine = SpeechEngine(synthesizer, {"linda": bundled_wavs(1)[0]}, batch_size=4,
                           limits=ServerLimits(max_characters=600), smaller_batch_sizes=(1,))
     # what each text sounds like alone (before the engine thread shares the synthesizer)

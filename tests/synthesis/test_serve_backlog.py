@@ -25,7 +25,6 @@ import pytest
 
 from conftest import bundled_wavs
 from serve_limits_helpers import bounded_server, engine_held, error_of, idle, raw_exchange, tight_limits
-from test_export import parallel_run  # noqa: F401  (the fixture: a pitch-conditioned parallel run, plausible durations)
 from test_serve import TRANSCRIPTS, TWO_SENTENCES, _free_port, _health, _post, _wait_until, running_server
 
 pytest.importorskip("fastapi")
@@ -33,8 +32,8 @@ pytest.importorskip("uvicorn")
 
 
 @pytest.fixture(scope="module")
-def bounded(parallel_run):  # noqa: F811
-    with bounded_server(parallel_run) as served:
+def bounded(serving_synthesizer):
+    with bounded_server(serving_synthesizer) as served:
         yield served
 
 
@@ -222,13 +221,13 @@ def _accepts(port: int) -> bool:
 
 
 @pytest.mark.slow
-def test_sigterm_lets_a_short_stream_finish_cuts_a_stalled_one_and_exits_0(parallel_run, tmp_path):  # noqa: F811
+def test_sigterm_lets_a_short_stream_finish_cuts_a_stalled_one_and_exits_0(serving_run, tmp_path):
     """A real `myxtts serve` process, signalled with two streams in flight: a short one read to its end, and a long
     one whose client takes the headers and then reads nothing (with a small receive window), so it cannot end."""
     grace, port = 3.0, _free_port()
     log_path = tmp_path / "serve.log"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "myxtts", "serve", "--run", str(parallel_run), "--voice",
+        process = subprocess.Popen([sys.executable, "-m", "myxtts", "serve", "--run", str(serving_run), "--voice",
                                     f"linda={bundled_wavs(1)[0]}", "--port", str(port), "--max-characters", "8000",
                                     "--shutdown-grace", str(grace), "--no-small-batches"],
                                    stdout=log, stderr=subprocess.STDOUT)

@@ -15,7 +15,6 @@ import pytest
 
 from conftest import bundled_wavs
 from serve_limits_helpers import bounded_server, error_of, raw_exchange
-from test_export import parallel_run  # noqa: F401  (the fixture: a pitch-conditioned parallel run, plausible durations)
 from test_serve import TRANSCRIPTS, _health, _post
 
 pytest.importorskip("fastapi")
@@ -23,8 +22,8 @@ pytest.importorskip("uvicorn")
 
 
 @pytest.fixture(scope="module")
-def bounded(parallel_run):  # noqa: F811
-    with bounded_server(parallel_run) as served:
+def bounded(serving_synthesizer):
+    with bounded_server(serving_synthesizer) as served:
         yield served
 
 

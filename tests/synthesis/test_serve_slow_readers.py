@@ -21,7 +21,6 @@ from typing import Iterator
 import pytest
 
 from conftest import bundled_wavs
-from test_export import parallel_run  # noqa: F401  (the fixture: a pitch-conditioned parallel run, plausible durations)
 from test_serve import TRANSCRIPTS, TWO_SENTENCES, _health, _post, _wait_until, running_server
 from serve_limits_helpers import engine_held, error_of, idle
 
@@ -32,10 +31,8 @@ SLOW_TEXT = " ".join(TRANSCRIPTS[i] for i in (0, 3, 1, 4, 5, 9))  # six pieces: 
 
 
 @pytest.fixture(scope="module")
-def synthesizer(parallel_run):  # noqa: F811
-    from myxtts.synthesis import Synthesizer
-
-    return Synthesizer.from_run(parallel_run, batch_size=4)
+def synthesizer(serving_synthesizer):
+    return serving_synthesizer
 
 
 def _engine(synthesizer, **limits):
