@@ -82,7 +82,6 @@ def prepared_cache(tmp_path_factory):
     return cfg
 
 
-
 @pytest.fixture(scope="session")
 def serving_run(tmp_path_factory) -> Path:
     """test_export's pitch-conditioned parallel run (untrained, plausible durations), once per worker for the serving
