@@ -3,10 +3,24 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 EXTRAS="${1:-}"
-PY="${PYTHON:-python3}"
+supported() { "$1" -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 13))' 2>/dev/null; }
 if [ ! -x "$ROOT/.venv/bin/python" ]; then
-  echo "[setup] creating $ROOT/.venv"
-  "$PY" -m venv "$ROOT/.venv"
+  # the interpreter: $PYTHON if set; else the distribution's own /usr/bin/python3 when TensorFlow supports its
+  # version; else python3 on PATH. Distributions build CPython with profile-guided and link-time optimisation,
+  # which a build from source (pyenv's default) lacks, and tracing TensorFlow graphs is Python-bound: the tests and
+  # the demo run faster on it (docs/benchmarks.md, "Test time")
+  CANDIDATES=("${PYTHON:-}")
+  [ -z "${PYTHON:-}" ] && CANDIDATES=(/usr/bin/python3 python3)
+  for PY in "${CANDIDATES[@]}"; do
+    command -v "$PY" >/dev/null 2>&1 && supported "$PY" || continue
+    echo "[setup] creating $ROOT/.venv ($("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])'))"
+    "$PY" -m venv "$ROOT/.venv" && break
+    rm -rf "$ROOT/.venv"  # a distribution's Python without its venv package: try the next one
+  done
+  if [ ! -x "$ROOT/.venv/bin/python" ]; then
+    echo "[setup] no Python 3.10-3.13 that can create a venv (tried: ${CANDIDATES[*]}); set PYTHON=/path/to/python3" >&2
+    exit 1
+  fi
   # uv (from PyPI, into the venv) installs the same packages as pip in a fraction of the time (parallel downloads,
   # cached wheels linked rather than unpacked again: ~12 s against ~45 s for TensorFlow and the test extras here)
   "$ROOT/.venv/bin/python" -m pip install -q uv 2>/dev/null || echo "[setup] uv not installable: using pip"
