@@ -71,7 +71,11 @@ def test_gradient_accumulation_over_unequal_buckets_equals_one_big_batch():
     out_b = steps_b.train(big)
     accumulated, single = _delta(start, model_a), _delta(start, model_b)
     assert np.linalg.norm(single) > 0
-    np.testing.assert_allclose(accumulated, single, atol=1e-6 + 1e-4 * np.abs(single).max())
+    # float32 sums in another order: the update within 1e-3 of its norm (seen: 2e-5), each weight within 1e-3 of
+    # the largest move (a fresh clone saw one weight of 360,593 just past 1e-4); the per-micro-batch means were
+    # off in norm and everywhere
+    assert np.linalg.norm(accumulated - single) <= 1e-3 * np.linalg.norm(single)
+    np.testing.assert_allclose(accumulated, single, atol=1e-6 + 1e-3 * np.abs(single).max())
     # every loss term divides by the cycle's counts (mel per element, forward-sum per utterance, duration per token,
     # binarisation per frame); the cycle reports the big batch's losses
     assert steps_a.discriminator_optimizer.iterations.numpy() == 1  # the discriminator stepped once too
