@@ -135,6 +135,11 @@ class ModelConfig:
     # layer norm, Meta-StyleSpeech), so the voice reaches every block rather than entering once; its projections start
     # at zero, so a warm start from a model without them begins as that model (the warm start adds them fresh)
     speaker_adaptive_norm: bool = False
+    # parallel decoder: the reference also enters frame by frame, as this many tokens (the conditioning encoder's frames
+    # averaged over equal stretches of the reference window) that every decoder frame attends over beside the pooled
+    # speaker latents (frame-level reference attention, Attentron): the voice as it sounds, not only a summary of it.
+    # The attention's output starts at zero, so a warm start from a model without it begins as that model. 0: off
+    reference_tokens: int = 0
     text_ff_kernel: int | None = None  # text encoder feed-forward: 1 position-wise, > 1 convolution over k tokens
     # frames per decoder step; None: the decoder's own (parallel 1, the only value it takes; autoregressive 2)
     reduction_factor: int | None = None

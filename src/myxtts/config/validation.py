@@ -127,6 +127,10 @@ def _check_model_keys(cfg: Config) -> None:
     if not 0.0 <= m.dropout < 1.0:
         raise ConfigError(f"Config key 'model.dropout' must be in [0, 1), got {m.dropout}.")
     _check_decoder_keys(m)
+    if m.reference_tokens > d.reference_frames:
+        raise ConfigError(f"Config key 'model.reference_tokens' ({m.reference_tokens}) exceeds 'data.reference_frames' "
+                         f"({d.reference_frames}): each token averages a stretch of at least one reference frame; "
+                         "choose at most data.reference_frames.")
     for key in ("mel_l2_weight", "mel_delta_weight", "mel_adversarial_weight", "mel_feature_matching_weight"):
         if getattr(m, key) < 0:
             raise ConfigError(f"Config key 'model.{key}' must be >= 0, got {getattr(m, key)}.")
@@ -282,7 +286,7 @@ def _check_vocoder_family_keys(cfg: Config) -> None:
 
 # keys that only one decoder reads: set to anything but the default for the other decoder, they are rejected
 AUTOREGRESSIVE_ONLY_KEYS = ("decoder_layers", "prenet_dim")
-PARALLEL_ONLY_KEYS = ("decoder_conv_blocks", "speaker_adaptive_norm")
+PARALLEL_ONLY_KEYS = ("decoder_conv_blocks", "speaker_adaptive_norm", "reference_tokens")
 
 
 def _check_decoder_keys(m: ModelConfig) -> None:
@@ -296,7 +300,7 @@ def _check_decoder_keys(m: ModelConfig) -> None:
         raise ConfigError(f"Config key 'model.reduction_factor' must be 1 with 'model.decoder: parallel' (it predicts "
                          f"every frame at once), got {m.reduction_factor}.")
     for key in ("forward_sum_weight", "duration_weight", "binarization_weight", "binarization_start_step",
-                "binarization_ramp_steps"):
+                "binarization_ramp_steps", "reference_tokens"):
         if getattr(m, key) < 0:
             raise ConfigError(f"Config key 'model.{key}' must be >= 0, got {getattr(m, key)}.")
 

@@ -54,12 +54,31 @@ class TextEncoder(BuiltByFirstCall, keras.layers.Layer):
         return x * tf.cast(mask[..., None], x.dtype)  # padded positions are exact zeros
 
 
+def stretch_means(frames, mask, count: int):
+    """Frames ``[B, T, d]`` with mask ``[B, T]`` (True: real) -> ``[B, count, d]``: the mean of the real frames in each
+    of ``count`` equal stretches of the T-frame window; a stretch with no real frame (a short reference) takes the
+    mean of all the real frames, so every token is the voice's."""
+    length = static_or_dynamic_dim(frames, 1)
+    stretch = tf.range(length) * count // length  # [T]: the stretch each frame falls in
+    real = tf.cast(mask, frames.dtype)[..., None]  # [B, T, 1]
+    frames = tf.where(mask[..., None], frames, tf.zeros_like(frames))  # where, not multiply: NaN-safe padding
+    weights = tf.one_hot(stretch, count, dtype=frames.dtype)[None] * real  # [B, T, count]
+    sums = tf.einsum("btm,btd->bmd", weights, frames)  # [B, count, d]
+    counts = tf.reduce_sum(weights, axis=1)[..., None]  # [B, count, 1]
+    overall = tf.reduce_sum(frames, axis=1, keepdims=True) / tf.maximum(tf.reduce_sum(real, axis=1, keepdims=True),
+                                                                         1.0)  # [B, 1, d]
+    return tf.where(counts > 0, sums / tf.maximum(counts, 1.0), overall)
+
+
 class ConditioningEncoder(keras.layers.Layer):
-    """Reference mel ``[B, T_ref, n_mels]`` -> K speaker latents ``[B, K, d]``.
+    """Reference mel ``[B, T_ref, n_mels]`` -> K speaker latents ``[B, K, d]``, then with ``model.reference_tokens``
+    R reference tokens: ``[B, K + R, d]``.
 
     Convolutions (masked after each layer so padding never leaks in) then attention pooling with K
     learned queries over the real reference frames. Trained jointly with the decoder, so the latents
-    learn whatever about the voice helps predict the target mel (voice cloning).
+    learn whatever about the voice helps predict the target mel (voice cloning). The reference tokens are the
+    convolutions' frames averaged over R equal stretches of the window (``stretch_means``), projected: the voice
+    frame by frame, for the parallel decoder's reference attention.
     """
 
     def __init__(self, dims: ModelDims, sites: SiteCounter, **kwargs):
@@ -70,6 +89,9 @@ class ConditioningEncoder(keras.layers.Layer):
         self.norm = keras.layers.LayerNormalization(epsilon=1e-5, name="norm")
         self.pooling = MultiHeadAttention(dims.d_model, dims.num_heads, dims.dropout, sites, name="pooling")
         self.output_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="output_norm")
+        if dims.reference_tokens:
+            self.reference_proj = keras.layers.Dense(dims.d_model, name="reference_proj")
+            self.reference_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="reference_norm")
 
     def build(self, input_shape):
         self.latent_queries = self.add_weight(name="latent_queries", shape=(self.dims.num_speaker_latents,
@@ -89,4 +111,8 @@ class ConditioningEncoder(keras.layers.Layer):
         # [B, K, d] queries, one set shared by the batch
         queries = tf.zeros_like(x[:, :1, :1]) + tf.cast(self.latent_queries, x.dtype)[None]
         latents, _ = self.pooling(queries, x, mask[:, None, None, :], training=training, seed=seed)
-        return self.output_norm(latents + queries)
+        latents = self.output_norm(latents + queries)  # [B, K, d]
+        if not self.dims.reference_tokens:
+            return latents
+        tokens = stretch_means(x, mask, self.dims.reference_tokens)  # [B, R, d]
+        return tf.concat([latents, self.reference_norm(self.reference_proj(tokens))], axis=1)  # [B, K + R, d]

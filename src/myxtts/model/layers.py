@@ -102,14 +102,18 @@ class SiteCounter:
 class MultiHeadAttention(BuiltByFirstCall, keras.layers.Layer):
     """Multi-head scaled dot-product attention that returns its weights and supports a KV cache."""
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float, sites: SiteCounter, **kwargs):
+    def __init__(self, d_model: int, num_heads: int, dropout: float, sites: SiteCounter, zero_output: bool = False,
+                 **kwargs):
+        """``zero_output``: the output projection starts at zero, so a residual branch begins as no change (a module a
+        warm start adds to a trained model)."""
         super().__init__(**kwargs)
         self.d_model, self.num_heads, self.dropout_rate = d_model, num_heads, dropout
         self.head_dim = d_model // num_heads
         self.query_proj = keras.layers.Dense(d_model, name="query")
         self.key_proj = keras.layers.Dense(d_model, name="key")
         self.value_proj = keras.layers.Dense(d_model, name="value")
-        self.output_proj = keras.layers.Dense(d_model, name="output")
+        self.output_proj = keras.layers.Dense(d_model, kernel_initializer="zeros" if zero_output else "glorot_uniform",
+                                              name="output")
         self.site = sites()
 
     def _split(self, x: tf.Tensor) -> tf.Tensor:

@@ -52,7 +52,9 @@ class ParallelDecoder(BuiltByFirstCall, keras.layers.Layer):
 
     The voice enters twice: a global speaker vector (projected mean of the latents) added to every frame, and
     an attention of every frame over the K latents after block ``SPEAKER_ATTENTION_AFTER``; with
-    ``model.speaker_adaptive_norm`` a third time, in every block's norm (the mean of the latents).
+    ``model.speaker_adaptive_norm`` a third time, in every block's norm (the mean of the latents). With
+    ``model.reference_tokens`` the conditioning is ``[B, K + R, d]`` and every frame also attends over the R reference
+    tokens after that block (its output projection starts at zero).
     """
 
     def __init__(self, dims: ModelDims, sites: SiteCounter, **kwargs):
@@ -68,10 +70,15 @@ class ParallelDecoder(BuiltByFirstCall, keras.layers.Layer):
                                                     name="speaker_attention")
         self.final_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="final_norm")
         self.mel_proj = keras.layers.Dense(dims.n_mels, name="mel_proj")
+        if dims.reference_tokens:
+            self.reference_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="reference_norm")
+            self.reference_attention = MultiHeadAttention(dims.d_model, dims.num_heads, dims.dropout, sites,
+                                                          zero_output=True, name="reference_attention")
 
     def call(self, frames, frame_mask, latents, training=False, seed=None):
         mask = tf.cast(frame_mask[..., None], self.compute_dtype)  # [B, T_mel, 1]
-        latents = tf.cast(latents, self.compute_dtype)
+        conditioning = tf.cast(latents, self.compute_dtype)  # [B, K + R, d]
+        latents = conditioning[:, :self.dims.num_speaker_latents]  # [B, K, d]
         mean_latent = tf.reduce_mean(latents, axis=1)[:, None, :]  # [B, 1, d]
         speaker = self.speaker_proj(mean_latent)  # [B, 1, d]
         x = (frames + speaker) * mask
@@ -81,6 +88,11 @@ class ParallelDecoder(BuiltByFirstCall, keras.layers.Layer):
                 update, _ = self.speaker_attention(self.speaker_norm(x), latents, all_visible(), training=training,
                                                    seed=seed)
                 x = (x + update) * mask
+                if self.dims.reference_tokens:
+                    reference = conditioning[:, self.dims.num_speaker_latents:]  # [B, R, d]
+                    update, _ = self.reference_attention(self.reference_norm(x), reference, all_visible(),
+                                                         training=training, seed=seed)
+                    x = (x + update) * mask
         return tf.cast(self.mel_proj(self.final_norm(x)), tf.float32) * tf.cast(mask, tf.float32)
 
 

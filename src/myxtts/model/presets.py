@@ -55,6 +55,13 @@ class ModelDims:
     pitch_conditioning: bool = False  # a pitch predictor and embedding (model/pitch.py)
     speaker_adaptive_norm: bool = False  # parallel decoder: block norms scaled and shifted by the speaker vector
     pitch_level: bool = False  # pitch conditioning: absolute token pitch, its level predicted from the speaker latents
+    reference_tokens: int = 0  # parallel decoder: frame-level reference tokens after the K pooled latents (0: none)
+
+    @property
+    def conditioning_vectors(self) -> int:
+        """Rows of the conditioning encoder's output ``[B, K + reference_tokens, d]``: the K pooled speaker latents,
+        then the reference tokens."""
+        return self.num_speaker_latents + self.reference_tokens
 
 
 def resolve_dims(model_cfg: ModelConfig, vocab_size: int, n_mels: int) -> ModelDims:
@@ -75,7 +82,8 @@ def resolve_dims(model_cfg: ModelConfig, vocab_size: int, n_mels: int) -> ModelD
     return ModelDims(vocab_size=vocab_size, n_mels=n_mels, reduction_factor=model_cfg.reduction_factor,
                      dropout=model_cfg.dropout, max_positions=model_cfg.max_attention_sequence_length,
                      pitch_conditioning=model_cfg.pitch_conditioning, pitch_level=model_cfg.pitch_level,
-                     speaker_adaptive_norm=model_cfg.speaker_adaptive_norm, **values)
+                     speaker_adaptive_norm=model_cfg.speaker_adaptive_norm,
+                     reference_tokens=model_cfg.reference_tokens, **values)
 
 
 def describe(dims: ModelDims) -> dict[str, int | float]:

@@ -80,6 +80,16 @@ def checkpoint_has_adaptive_norm(checkpoint: str | Path) -> bool | None:
     return False
 
 
+def checkpoint_has_reference_attention(checkpoint: str | Path) -> bool | None:
+    """Whether a checkpoint's decoder attends over reference tokens (``model.reference_tokens`` > 0); None: unreadable
+    or no decoder."""
+    parts = _model_parts(checkpoint)
+    if parts is None or "decoder" not in parts[1]:
+        return None
+    graph, children = parts
+    return any(child.local_name == "reference_attention" for child in graph.nodes[children["decoder"]].children)
+
+
 def decoder_mismatch(checkpoint: str, held: str | None, wanted: str) -> str | None:
     """Why a checkpoint of decoder ``held`` cannot serve a config of decoder ``wanted`` (None: it can)."""
     if held == EARLIER_DESIGN:

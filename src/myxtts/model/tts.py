@@ -9,7 +9,7 @@ Where a batch is consumed (``TTSModel.call``)::
     durations = column sums of hard                                      # [B, T_text], sum = mel length
     log_duration_predictions = duration_predictor(text)                 # [B, T_text] (trained on durations)
     frames = hard @ text                                                 # [B, T_mel, d]  (length regulator)
-    latents = conditioning_encoder(reference mel)                       # [B, K, d]
+    latents = conditioning_encoder(reference mel)                       # [B, K (+ reference tokens), d]
     (model.pitch_conditioning: text += pitch_embedding(token pitch); model/pitch.py)
     mel_before = decoder(frames, latents); mel_after = postnet(mel_before)
 
@@ -69,8 +69,12 @@ class TTSModel(BuiltByFirstCall, keras.Model):
         return self.text_encoder(tokens, token_lengths, training=training, seed=seed)
 
     def encode_reference(self, reference_mel, reference_lengths, training=False, seed=None):
-        """reference_mel ``[B, T_ref, n_mels]`` -> speaker latents ``[B, K, d]``."""
+        """reference_mel ``[B, T_ref, n_mels]`` -> speaker latents ``[B, K, d]`` (then the reference tokens: ``[B, K + R, d]``)."""
         return self.conditioning_encoder(reference_mel, reference_lengths, training=training, seed=seed)
+
+    def speaker_latents(self, latents):
+        """The K pooled speaker latents ``[B, K, d]`` of the conditioning ``[B, K (+ reference tokens), d]``."""
+        return latents[:, :self.dims.num_speaker_latents]
 
     def predict_log_durations(self, text_encodings, token_lengths, training=False, seed=None):
         """``[B, T_text]`` float32 log(1 + frames), 0 at padding."""
@@ -91,7 +95,7 @@ class TTSModel(BuiltByFirstCall, keras.Model):
                 token_pitch = self.pitch_predictor(text_encodings, token_lengths, training=training, seed=seed)
                 token_pitch = token_pitch * self.pitch_variation  # model.pitch_variation: about the mean (0)
             if self.dims.pitch_level:
-                level = self.pitch_level(latents) if pitch_level is None else pitch_level  # [B, 2]
+                level = self.pitch_level(self.speaker_latents(latents)) if pitch_level is None else pitch_level  # [B, 2]
                 token_pitch = absolute_token_pitch(token_pitch, level)
             text_encodings = text_encodings + self.pitch_embedding(token_pitch, token_mask)
         frame_mask = length_mask(mel_lengths, static_or_dynamic_dim(hard_alignment, 1))  # [B, T_mel]
@@ -136,7 +140,7 @@ class TTSModel(BuiltByFirstCall, keras.Model):
                 pitch["token_pitch"] = token_pitch_targets(batch["pitch"], mel_lengths, hard)  # [B, T_text]
         level = None
         if self.dims.pitch_level:  # the decoder reads the recordings' level, the head learns to predict it
-            pitch["pitch_level_predictions"] = level = self.pitch_level(latents)  # [B, 2]
+            pitch["pitch_level_predictions"] = level = self.pitch_level(self.speaker_latents(latents))  # [B, 2]
             if "pitch" in batch:
                 target, has_voiced = utterance_pitch_level(batch["pitch"], mel_lengths)
                 pitch["pitch_level"], pitch["pitch_level_voiced"] = target, has_voiced

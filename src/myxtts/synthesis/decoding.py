@@ -60,7 +60,7 @@ class CompiledDecoder:
         # True: a batch predicted longer than the largest bucket is decoded in it, cut at its end, instead of raising
         # (the trainer's listening: an early duration predictor asks for far too many frames)
         self.truncate = truncate
-        self.num_latents = model.dims.num_speaker_latents
+        self.num_latents = model.dims.conditioning_vectors  # K speaker latents (+ reference tokens)
         self.latents_functions: dict[int, Callable] = {}
         self.duration_functions: dict[tuple[int, int], Callable] = {}
         self.decode_functions: dict[tuple[int, int], Callable] = {}

@@ -72,7 +72,7 @@ class ExportedSynthesizer(tf.Module):
         self._vocoder = Untracked(vocoder)
         self.vocoder_variables = [getattr(variable, "value", variable) for variable in vocoder.generator.variables] \
             if isinstance(vocoder, NeuralVocoder) else []
-        latents, d_model = model.dims.num_speaker_latents, model.dims.d_model
+        latents, d_model = model.dims.conditioning_vectors, model.dims.d_model
         self.speaker_embedding = tf.function(
             self._speaker_embedding, input_signature=[tf.TensorSpec([1, None], tf.float32, name="waveform")],
             autograph=False)
@@ -155,7 +155,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, config: str | Path | No
     record = {
         "run": Path(run_dir).resolve().name, "checkpoint": Path(checkpoint).name, "step": checkpoint_step(checkpoint),
         "sample_rate": cfg.audio.sample_rate, "reference_frames": cfg.data.reference_frames,
-        "embedding_shape": [1, model.dims.num_speaker_latents, model.dims.d_model],
+        "embedding_shape": [1, model.dims.conditioning_vectors, model.dims.d_model],
         "bos_id": vocabulary.symbols.index("<bos>"), "eos_id": vocabulary.symbols.index("<eos>"),
         "vocoder": _vocoder_label(vocoder, run_dir) if neural else "griffin-lim",
         **({"vocoder_checkpoint": Path(chosen.checkpoint).name} if neural else {}),

@@ -82,7 +82,7 @@ class LiteRtModule(tf.Module):
             functions[f"durations_{bucket}"] = tf.function(self._durations, autograph=False, input_signature=[
                 tf.TensorSpec([1, bucket], tf.int32, name="token_ids"),
                 tf.TensorSpec([1], tf.int32, name="token_count"), tf.TensorSpec([1], tf.float32, name="speed")])
-        d_model, latents, max_text = model.dims.d_model, model.dims.num_speaker_latents, cfg.data.max_text_length
+        d_model, latents, max_text = model.dims.d_model, model.dims.conditioning_vectors, cfg.data.max_text_length
         for frames in self.mel_buckets:
             functions[f"decode_{frames}"] = tf.function(
                 lambda text, durations, embedding, frames=frames: self._decode(text, durations, embedding, frames),
@@ -172,7 +172,7 @@ def export_litert(run_dir: str | Path, out_dir: str | Path, config: str | Path |
               "reference_frames": module.reference_frames, "window_samples": module.window_samples,
               "max_text_length": cfg.data.max_text_length, "text_buckets": module.text_buckets,
               "mel_buckets": module.mel_buckets,
-              "embedding_shape": [1, model.dims.num_speaker_latents, model.dims.d_model],
+              "embedding_shape": [1, model.dims.conditioning_vectors, model.dims.d_model],
               "vocoder": Path(chosen.path).name if chosen.path else "", "signatures": sorted(module.functions)}
 
     def write(staging: Path) -> Path:

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from myxtts.errors import ExpectedError, InputError
 from myxtts.model.restore import (checkpoint_decoder_type, checkpoint_has_adaptive_norm, checkpoint_has_pitch,
-                                  checkpoint_has_pitch_level, decoder_mismatch)
+                                  checkpoint_has_pitch_level, checkpoint_has_reference_attention, decoder_mismatch)
 from myxtts.model.weight_average import checkpoint_has_average
 
 logger = logging.getLogger(__name__)
@@ -44,13 +44,15 @@ def check_resumable(directory: Path, latest: str, cfg: Any, adversarial: bool, w
     optional_modules = (  # (what the checkpoint holds, the config key, their name in a message, its modules)
         (checkpoint_has_pitch(latest), "pitch_conditioning", "pitch conditioning", "the pitch modules"),
         (checkpoint_has_adaptive_norm(latest), "speaker_adaptive_norm", "speaker-adaptive norms", "the norms"),
-        (checkpoint_has_pitch_level(latest), "pitch_level", "the pitch level predictor", "the predictor"))
+        (checkpoint_has_pitch_level(latest), "pitch_level", "the pitch level predictor", "the predictor"),
+        (checkpoint_has_reference_attention(latest), "reference_tokens", "the reference attention", "the attention"))
     for held, key, named, modules in optional_modules:
-        wanted = getattr(cfg.model, key)
+        value = getattr(cfg.model, key)
+        wanted = bool(value)  # reference_tokens: a count, its variables the same for any count
         if held is not None and held != wanted:
             raise WorkdirError(
                 f"{directory} (checkpoint {latest}) was trained {'with' if held else 'without'} {named}, but this "
-                f"config sets 'model.{key}: {str(wanted).lower()}'. Resume with the run's config.yaml, or start a new "
+                f"config sets 'model.{key}: {str(value).lower()}'. Resume with the run's config.yaml, or start a new "
                 f"run from this one with --init-from {workdir} (a warm start adds or drops {modules}).")
     names = [name for name, _ in tf.train.list_variables(latest)]
     has_average = checkpoint_has_average(latest)

@@ -9,10 +9,11 @@ read. What must agree, each checked with an error naming both sides:
 - the text: the vocabulary's kind (phonemes or characters), its language, and its symbols. Symbols the source
   lacks get fresh embedding rows (logged, and recorded); symbols the source has and this run lacks are an error.
 
-``model.pitch_conditioning``, ``model.pitch_level`` and ``model.speaker_adaptive_norm`` need not agree: a run that adds
-the pitch modules, the pitch level predictor or the decoder's speaker-adaptive norms starts them fresh (logged, and recorded as ``fresh_variables``; the pitch embedding and
-the norms' projections start at zero, so the run begins as its source), one without them leaves the source's out
-(logged, and recorded as ``dropped_variables``).
+``model.pitch_conditioning``, ``model.pitch_level``, ``model.speaker_adaptive_norm`` and ``model.reference_tokens`` need
+not agree: a run that adds the pitch modules, the pitch level predictor, the decoder's speaker-adaptive norms or the
+reference attention starts them fresh (logged, and recorded as ``fresh_variables``; the pitch embedding, the norms'
+projections and the reference attention's output start at zero, so the run begins as its source), one without them
+leaves the source's out (logged, and recorded as ``dropped_variables``).
 
 Mel normalisation (``training.init_mel_stats``): by default the run keeps the source's statistics
 (``mel_stats.json``), the scale its model learned to read and write, so the first step starts where the source
@@ -46,14 +47,16 @@ from myxtts.vocoder.packing import install_own_vocoder
 logger = logging.getLogger(__name__)
 
 # model sizes that need not agree: dropout has no variable, the positions table is a constant
-_FREE_DIMS = ("vocab_size", "dropout", "max_positions", "pitch_conditioning", "speaker_adaptive_norm", "pitch_level")
+_FREE_DIMS = ("vocab_size", "dropout", "max_positions", "pitch_conditioning", "speaker_adaptive_norm", "pitch_level",
+              "reference_tokens")
 # modules a warm start may add or drop (copy_weights), each a test on a variable's plain path: the pitch predictor and
 # embedding (model/pitch.py), the parallel decoder's speaker-adaptive norms (model/parallel_decoder.py), and the pitch
-# level predictor (model/pitch.py)
+# level predictor (model/pitch.py), the reference tokens' projection and the decoder's attention over them
 OPTIONAL_MODULES = {
     "the pitch modules": lambda path: path.startswith(("pitch_predictor/", "pitch_embedding/")),
     "the speaker-adaptive norms": lambda path: "/speaker_film/" in path,
     "the pitch level predictor": lambda path: path.startswith("pitch_level/"),
+    "the reference attention": lambda path: re.search(r"(^|/)reference_(proj|norm|attention)/", path) is not None,
 }
 
 
