@@ -23,6 +23,38 @@ def parallel_config(prepared, data=None, model=None, training=None, audio=None):
     return config_from_dict(raw, base_dir=prepared.base_dir)
 
 
+def warm_started(prepared, model: dict):
+    """The plain tiny parallel model, and one with ``model``'s keys warm-started from it (``copy_weights``), seeded:
+    (plain, the new model, its config, the paths of its fresh variables). Every plain weight is copied, none dropped."""
+    import keras
+
+    from myxtts.model import build_model
+    from myxtts.text import Vocabulary
+    from myxtts.training.warm_start import copy_weights
+
+    keras.utils.set_random_seed(1)
+    vocabulary = Vocabulary.load(prepared.cache_dir / "vocab.json")
+    plain = build_model(parallel_config(prepared), len(vocabulary))
+    cfg = parallel_config(prepared, model=model)
+    grown = build_model(cfg, len(vocabulary))
+    copied, fresh, dropped = copy_weights(grown, plain, vocabulary, vocabulary)
+    assert copied == len(plain.weights) and not dropped
+    return plain, grown, cfg, fresh
+
+
+def mel_loss_gradients(model, batch: dict, hard_alignment, variables: list) -> list:
+    """The gradients of the masked L1 mel loss after the postnet on ``batch``, decoded through ``hard_alignment``
+    (the model's own, from a forward pass), with respect to ``variables``."""
+    mel, mel_lengths = tf.cast(batch["mel"], tf.float32), batch["mel_lengths"]
+    frame_mask = tf.sequence_mask(mel_lengths, tf.shape(mel)[1], tf.float32)[..., None]  # [batch, frames, 1]
+    with tf.GradientTape() as tape:
+        text = model.encode_text(batch["tokens"], batch["token_lengths"])
+        latents = model.encode_reference(batch["reference_mel"], batch["reference_lengths"])
+        _, mel_after = model.decode(text, hard_alignment, mel_lengths, latents)
+        loss = tf.reduce_sum(tf.abs(mel_after - mel) * frame_mask) / tf.reduce_sum(frame_mask)
+    return tape.gradient(loss, variables)
+
+
 def test_durations_sum_to_each_mel_length_on_real_clips_in_several_buckets(prepared_cache):
     from myxtts.data.pipeline import InputPipeline
     from myxtts.model import build_model

@@ -5,12 +5,11 @@ cannot be resumed with the attention switched on or off."""
 
 from __future__ import annotations
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from test_parallel_model import parallel_config
+from test_parallel_model import mel_loss_gradients, parallel_config, warm_started
 from test_pitch_conditioning import _real_batches
 
 TOKENS = 16
@@ -52,17 +51,7 @@ def test_tokens_are_stretch_means_of_the_real_frames_and_a_short_reference_fills
 
 
 def test_adding_the_reference_attention_starts_from_the_plain_model_then_it_learns(prepared_cache):
-    from myxtts.model import build_model
-    from myxtts.text import Vocabulary
-    from myxtts.training.warm_start import copy_weights
-
-    keras.utils.set_random_seed(1)
-    vocabulary = Vocabulary.load(prepared_cache.cache_dir / "vocab.json")
-    plain = build_model(parallel_config(prepared_cache), len(vocabulary))
-    cfg = parallel_config(prepared_cache, model={"reference_tokens": TOKENS})
-    model = build_model(cfg, len(vocabulary))
-    copied, fresh, dropped = copy_weights(model, plain, vocabulary, vocabulary)
-    assert copied == len(plain.weights) and not dropped
+    plain, model, cfg, fresh = warm_started(prepared_cache, {"reference_tokens": TOKENS})
     expected = [v.path for layer in (model.conditioning_encoder.reference_proj,
                                      model.conditioning_encoder.reference_norm, model.decoder.reference_norm,
                                      model.decoder.reference_attention) for v in layer.weights]
@@ -76,22 +65,16 @@ def test_adding_the_reference_attention_starts_from_the_plain_model_then_it_lear
 
     # it learns: the mel loss reaches the attention's zero output projection
     attention = model.decoder.reference_attention
-    mel, mel_lengths = tf.cast(batch["mel"], tf.float32), batch["mel_lengths"]
-    frame_mask = tf.sequence_mask(mel_lengths, tf.shape(mel)[1], tf.float32)[..., None]  # [batch, frames, 1]
-    with tf.GradientTape() as tape:
-        text = model.encode_text(batch["tokens"], batch["token_lengths"])
-        conditioning = model.encode_reference(batch["reference_mel"], batch["reference_lengths"])
-        _, mel_after = model.decode(text, outputs["hard_alignment"], mel_lengths, conditioning)
-        loss = tf.reduce_sum(tf.abs(mel_after - mel) * frame_mask) / tf.reduce_sum(frame_mask)
-    gradient = tape.gradient(loss, attention.output_proj.kernel)
+    gradient, = mel_loss_gradients(model, batch, outputs["hard_alignment"], [attention.output_proj.kernel])
     assert gradient is not None and np.abs(gradient.numpy()).max() > 0
 
     # once it has moved, the decoder reads the tokens: the same pooled latents with the other clip's tokens differ
     attention.output_proj.kernel.assign(tf.random.stateless_normal(attention.output_proj.kernel.shape, [1, 2],
                                                                     stddev=0.05))
-    k = model.dims.num_speaker_latents
-    swapped = tf.concat([conditioning[:, :k], conditioning[::-1, k:]], axis=1)
-    _, own = model.decode(text, outputs["hard_alignment"], mel_lengths, conditioning)
+    k, mel_lengths = model.dims.num_speaker_latents, batch["mel_lengths"]
+    text = model.encode_text(batch["tokens"], batch["token_lengths"])
+    swapped = tf.concat([latents[:, :k], latents[::-1, k:]], axis=1)
+    _, own = model.decode(text, outputs["hard_alignment"], mel_lengths, latents)
     _, other = model.decode(text, outputs["hard_alignment"], mel_lengths, swapped)
     assert np.abs(own.numpy() - other.numpy()).max() > 1e-3
 

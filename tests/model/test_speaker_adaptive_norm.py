@@ -3,12 +3,11 @@ the norms learn, and a run cannot be resumed with the key flipped."""
 
 from __future__ import annotations
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from test_parallel_model import parallel_config
+from test_parallel_model import mel_loss_gradients, parallel_config, warm_started
 from test_pitch_conditioning import _real_batches
 
 
@@ -17,17 +16,7 @@ def _film_kernels(model) -> list:
 
 
 def test_adding_the_norms_starts_from_the_plain_model_then_they_learn(prepared_cache):
-    from myxtts.model import build_model
-    from myxtts.text import Vocabulary
-    from myxtts.training.warm_start import copy_weights
-
-    keras.utils.set_random_seed(1)
-    vocabulary = Vocabulary.load(prepared_cache.cache_dir / "vocab.json")
-    plain = build_model(parallel_config(prepared_cache), len(vocabulary))
-    cfg = parallel_config(prepared_cache, model={"speaker_adaptive_norm": True})
-    model = build_model(cfg, len(vocabulary))
-    copied, fresh, dropped = copy_weights(model, plain, vocabulary, vocabulary)
-    assert copied == len(plain.weights) and not dropped
+    plain, model, cfg, fresh = warm_started(prepared_cache, {"speaker_adaptive_norm": True})
     # a kernel and a bias per decoder block, nothing else
     assert sorted(fresh) == sorted(v.path for block in model.decoder.blocks for v in block.speaker_film.weights)
     assert len(fresh) == 2 * len(model.decoder.blocks)
@@ -37,14 +26,7 @@ def test_adding_the_norms_starts_from_the_plain_model_then_they_learn(prepared_c
     np.testing.assert_allclose(outputs["mel_after"].numpy(), plain(batch)["mel_after"].numpy(), atol=1e-5)
 
     # they learn: the mel loss on these clips (through the alignment found above) reaches every block's projection
-    mel, mel_lengths = tf.cast(batch["mel"], tf.float32), batch["mel_lengths"]
-    frame_mask = tf.sequence_mask(mel_lengths, tf.shape(mel)[1], tf.float32)[..., None]  # [batch, frames, 1]
-    with tf.GradientTape() as tape:
-        text = model.encode_text(batch["tokens"], batch["token_lengths"])
-        latents = model.encode_reference(batch["reference_mel"], batch["reference_lengths"])
-        _, mel_after = model.decode(text, outputs["hard_alignment"], mel_lengths, latents)
-        loss = tf.reduce_sum(tf.abs(mel_after - mel) * frame_mask) / tf.reduce_sum(frame_mask)
-    gradients = tape.gradient(loss, _film_kernels(model))
+    gradients = mel_loss_gradients(model, batch, outputs["hard_alignment"], _film_kernels(model))
     assert all(gradient is not None and np.abs(gradient.numpy()).max() > 0 for gradient in gradients)
 
 def test_resuming_with_the_norms_flipped_is_refused_and_the_checkpoint_says_which(prepared_cache, tmp_path):
