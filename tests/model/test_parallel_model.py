@@ -118,7 +118,7 @@ def test_parallel_training_stops_at_its_time_budget_without_retracing(prepared_c
     ({"decoder": "autoregressive", "speaker_adaptive_norm": True}, "speaker_adaptive_norm.*does nothing"),
     ({"decoder": "autoregressive", "reference_tokens": 8}, "reference_tokens.*does nothing"),
     ({"decoder": "parallel", "reduction_factor": 1, "reference_tokens": -1}, "reference_tokens' must be >= 0"),
-    ({"decoder": "parallel", "reduction_factor": 1, "reference_tokens": 300}, "reference_tokens.*data.reference_frames"),
+    ({"decoder": "parallel", "reduction_factor": 1, "reference_tokens": 300}, "reference_tokens.*reference_frames"),
     ({"decoder": "autoregressive", "guided_attention_weight": 1.0}, "guided_attention_weight"),
     ({"decoder": "parallel", "reduction_factor": 1, "decoder_conv_blocks": 0}, "decoder_conv_blocks"),
 ])

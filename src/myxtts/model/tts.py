@@ -69,7 +69,8 @@ class TTSModel(BuiltByFirstCall, keras.Model):
         return self.text_encoder(tokens, token_lengths, training=training, seed=seed)
 
     def encode_reference(self, reference_mel, reference_lengths, training=False, seed=None):
-        """reference_mel ``[B, T_ref, n_mels]`` -> speaker latents ``[B, K, d]`` (then the reference tokens: ``[B, K + R, d]``)."""
+        """reference_mel ``[B, T_ref, n_mels]`` -> speaker latents ``[B, K, d]`` (with ``model.reference_tokens``, the
+        reference tokens after them: ``[B, K + R, d]``)."""
         return self.conditioning_encoder(reference_mel, reference_lengths, training=training, seed=seed)
 
     def speaker_latents(self, latents):
@@ -95,7 +96,8 @@ class TTSModel(BuiltByFirstCall, keras.Model):
                 token_pitch = self.pitch_predictor(text_encodings, token_lengths, training=training, seed=seed)
                 token_pitch = token_pitch * self.pitch_variation  # model.pitch_variation: about the mean (0)
             if self.dims.pitch_level:
-                level = self.pitch_level(self.speaker_latents(latents)) if pitch_level is None else pitch_level  # [B, 2]
+                level = pitch_level if pitch_level is not None else \
+                    self.pitch_level(self.speaker_latents(latents))  # [B, 2]
                 token_pitch = absolute_token_pitch(token_pitch, level)
             text_encodings = text_encodings + self.pitch_embedding(token_pitch, token_mask)
         frame_mask = length_mask(mel_lengths, static_or_dynamic_dim(hard_alignment, 1))  # [B, T_mel]
