@@ -21,6 +21,7 @@ from myxtts.data.pipeline import REFERENCE_OFFSET_KEY, InputPipeline
 from myxtts.data.prepare import prepare
 from myxtts.model.losses import compute_losses, loss_normalizers, scored_frame_mask
 from myxtts.model.mel_discriminator import MelDiscriminator, adversarial_losses
+from test_pipeline import by_tokens, with_data
 
 REPO = Path(__file__).resolve().parents[2]
 COMMONVOICE = REPO / "data" / "commonvoice-bundled"
@@ -206,6 +207,48 @@ def test_a_one_clip_speaker_trains_and_its_reference_frames_are_not_scored(two_c
     # validation never takes a reference from its own target
     for batch in InputPipeline(cfg, "validation").dataset(repeat=False):
         assert (batch[REFERENCE_OFFSET_KEY].numpy() == -1).all()
+
+
+@pytest.mark.parametrize("policy, share", [("slice", 0.5), ("skip", 1.0)])
+def test_a_share_of_the_other_speakers_trains_on_slices_of_their_own_clip(two_corpora, policy, share) -> None:
+    """data.self_reference_share: that share of the examples whose speaker has other clips take an unscored slice of
+    their own clip as the reference too; single-clip speakers keep their policy; validation never slices."""
+    cfg = with_data(two_corpora[0], single_clip_policy=policy, self_reference_share=share)
+    cache = FeatureCache.load(cfg)
+    alone = np.bincount(cache.speaker_ids)[cache.speaker_ids] == 1  # [utterances]
+    lookup = by_tokens(cache)
+    drawn = {"own": 0, "other": 0, "alone": 0}
+    for batch in InputPipeline(cfg, "train").dataset().take(40):
+        batch = {key: value.numpy() for key, value in batch.items()}
+        for i in range(batch["tokens"].shape[0]):
+            row = lookup[tuple(batch["tokens"][i, :batch["token_lengths"][i]].tolist())]
+            start, length = int(batch[REFERENCE_OFFSET_KEY][i]), int(batch["reference_lengths"][i])
+            if alone[row]:
+                assert policy == "slice" and start >= 0  # "skip" never trains on a single-clip speaker
+                drawn["alone"] += 1
+            elif start >= 0:  # the target's own frames [start, start + length), at most half the clip
+                assert 1 <= length <= min(cfg.data.reference_frames, int(batch["mel_lengths"][i]) // 2)
+                np.testing.assert_array_equal(batch["reference_mel"][i, :length],
+                                              batch["mel"][i, start:start + length])
+                drawn["own"] += 1
+            else:
+                drawn["other"] += 1
+    examples = drawn["own"] + drawn["other"]
+    assert examples >= 100, drawn
+    if share == 1.0:
+        assert drawn["other"] == 0, drawn
+    else:
+        assert 0.35 < drawn["own"] / examples < 0.65, drawn  # a seeded draw per example
+    for batch in InputPipeline(cfg, "validation").dataset(repeat=False):
+        assert (batch[REFERENCE_OFFSET_KEY].numpy() == -1).all()
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5, float("nan")])
+def test_a_self_reference_share_outside_0_to_1_is_refused(share, tmp_path: Path) -> None:
+    from myxtts.config import ConfigError
+
+    with pytest.raises(ConfigError, match="data.self_reference_share"):
+        config_from_dict({"data": {"self_reference_share": share}}, base_dir=tmp_path)
 
 
 def _perfect_outputs(batch: dict) -> dict:

@@ -73,6 +73,11 @@ class DataConfig:
     # itself as the reference (at most reference_frames, at most half the clip) whose frames the mel losses do not
     # score (XTTS's masked prompt), so the model cannot score by copying it. Validation always uses other clips.
     single_clip_policy: Literal["skip", "slice"] = "skip"
+    # the share of the other training examples (speakers with several clips) that also take a slice of their own clip
+    # as the reference, unscored like a single-clip speaker's (XTTS conditions on the same file): the model learns to
+    # copy what it hears in the reference rather than to recognise a speaker it knows. 0: always another clip; 1:
+    # always a slice. Validation always takes references from other clips.
+    self_reference_share: float = 0.0
     # speaker augmentation (myxtts.data.voice_warp): each training example's target mel, reference mel and F0 are
     # moved along the frequency axis by one factor exp(u), u ~ U(-voice_warp, voice_warp) (formants and harmonics
     # together, as speed perturbation without its tempo change), so every speaker is heard as a range of voices.

@@ -146,6 +146,9 @@ def _check_model_keys(cfg: Config) -> None:
     if m.pitch_level and not m.pitch_conditioning:
         raise ConfigError("Config key 'model.pitch_level' needs pitch conditioning (the level is part of each token's "
                           "pitch): set 'model.pitch_conditioning: true' or 'model.pitch_level: false'.")
+    if not 0.0 <= d.self_reference_share <= 1.0:  # NaN fails too
+        raise ConfigError(f"Config key 'data.self_reference_share' must be in [0, 1] (the share of training examples "
+                         f"whose reference is a slice of their own clip; 0: off), got {d.self_reference_share}.")
     if not 0.0 <= d.voice_warp <= 0.5:  # NaN fails too
         raise ConfigError(f"Config key 'data.voice_warp' must be in [0, 0.5] (the largest |log| of the frequency "
                          f"factor; 0: off), got {d.voice_warp}.")

@@ -47,8 +47,9 @@ it stays in the cache, ``prepare`` counts these clips in its report and manifest
 count. With "slice" it is trained on with a crop of its own mel as the reference (``self_slice``: at most
 ``data.reference_frames``, at most half the clip) and ``reference_offsets`` says where the crop starts, so the
 mel losses leave those frames unscored (XTTS's masked prompt): copying the reference earns nothing. Validation
-never uses it (its references always come from other clips). Every batch of such a run carries
-``reference_offsets`` (-1 for a reference from another clip).
+never uses it (its references always come from other clips). ``data.self_reference_share`` gives the same
+unscored slice of its own clip to that share of the other training examples too (a seeded draw per example). Every
+batch of such a run carries ``reference_offsets`` (-1 for a reference from another clip).
 
 Speaker augmentation (``data.voice_warp``, training only): after the reference map, each example's target mel,
 reference mel and F0 move along the frequency axis by one drawn factor (``myxtts.data.voice_warp``): one voice that
@@ -130,7 +131,10 @@ class InputPipeline:
             s.mel_stats = mel_stats
         self.mel_stats = s.mel_stats  # MelStats: batches hold (log mel - mean) / std; the trainer saves them
         self.plan = self._load_plan()
-        self.self_slices = d.single_clip_policy == "slice"
+        # batches carry reference_offsets when any reference may be a slice of its own target (every split alike:
+        # one signature); validation's references all come from other clips
+        self.self_slices = d.single_clip_policy == "slice" or d.self_reference_share > 0
+        self.self_reference_share = d.self_reference_share if split == "train" else 0.0
         self.batch_keys = (BATCH_KEYS + ((PITCH_KEY,) if cfg.model.pitch_conditioning else ())
                            + ((REFERENCE_OFFSET_KEY,) if self.self_slices else ()))
         self.row_buckets = self.plan.assign(s.token_lengths, s.mel_lengths)  # [utterances], -1 = fits no bucket
@@ -142,7 +146,8 @@ class InputPipeline:
         self.reference_tables = speaker_tables(s.speaker_ids)
         alone = single_clip_rows(s.speaker_ids)  # [utterances] bool: no other clip of the speaker
         self.single_clip_ids = [s.ids[i] for i in split_rows[alone[split_rows]]]
-        sliced = self.self_slices and split == "train"  # validation references always come from other clips
+        # validation references always come from other clips
+        sliced = d.single_clip_policy == "slice" and split == "train"
         if self.single_clip_ids and sliced:
             logger.info("single-clip speakers: %d %s clip(s) trained with a slice of themselves as the reference, "
                         "its frames not scored (data.single_clip_policy: slice)", len(self.single_clip_ids), split)
@@ -313,8 +318,12 @@ class InputPipeline:
             if not self.self_slices:
                 reference, length, _ = other_clip(element, seed)
                 return {**element, "reference_mel": reference, "reference_lengths": length}
-            alone = tf.gather(tables["group_size"], element["row"]) <= 1
-            reference, length, offset = tf.cond(alone, lambda: self_slice(element["mel"], reference_frames, seed),
+            own = tf.gather(tables["group_size"], element["row"]) <= 1  # a single-clip speaker (policy "slice")
+            if self.self_reference_share > 0:  # and a share of the others (data.self_reference_share)
+                draw = tf.random.stateless_uniform([], tf.stack([tf.constant(d.seed + 2, tf.int64),
+                                                                 tf.cast(position, tf.int64)]))
+                own = own | (draw < self.self_reference_share)
+            reference, length, offset = tf.cond(own, lambda: self_slice(element["mel"], reference_frames, seed),
                                                 lambda: other_clip(element, seed))
             return {**element, "reference_mel": reference, "reference_lengths": length, REFERENCE_OFFSET_KEY: offset}
 
