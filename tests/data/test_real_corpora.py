@@ -251,6 +251,14 @@ def test_a_self_reference_share_outside_0_to_1_is_refused(share, tmp_path: Path)
         config_from_dict({"data": {"self_reference_share": share}}, base_dir=tmp_path)
 
 
+def test_train_vocoder_refuses_a_self_reference_share(tmp_path: Path) -> None:
+    from myxtts.training.vocoder_trainer import VocoderTrainingError, check_vocoder_keys
+
+    check_vocoder_keys(config_from_dict({"data": {"self_reference_share": 0.0}}, base_dir=tmp_path))  # the default
+    with pytest.raises(VocoderTrainingError, match="data.self_reference_share"):
+        check_vocoder_keys(config_from_dict({"data": {"self_reference_share": 0.5}}, base_dir=tmp_path))
+
+
 def _perfect_outputs(batch: dict) -> dict:
     """Model outputs that reproduce the target mel exactly (the alignment terms are irrelevant to the mel losses)."""
     b, t_mel = batch["mel"].shape[:2]

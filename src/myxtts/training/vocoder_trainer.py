@@ -65,6 +65,9 @@ def check_vocoder_keys(cfg: Config) -> None:
     if cfg.data.voice_warp:  # the vocoder learns the clips' own audio: a warped mel would not match it
         raise VocoderTrainingError(f"Config key 'data.voice_warp' ({cfg.data.voice_warp}) does nothing in "
                                    "train-vocoder (it warps the acoustic model's training mels); remove it.")
+    if cfg.data.self_reference_share:  # the vocoder reads no reference
+        raise VocoderTrainingError(f"Config key 'data.self_reference_share' ({cfg.data.self_reference_share}) does "
+                                   "nothing in train-vocoder (it chooses the acoustic model's references); remove it.")
     if cfg.training.mixed_precision == "float16":  # bfloat16 needs no loss scaling; float16 would
         raise VocoderTrainingError("Config key 'training.mixed_precision' is 'float16', which train-vocoder does not "
                                    "support (it would need loss scaling in both GAN updates); use 'bfloat16' (the "
