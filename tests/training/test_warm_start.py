@@ -194,6 +194,31 @@ def test_resuming_a_run_without_the_mel_discriminator_with_one_is_refused(prepar
     assert _digest(workdir) == before
 
 
+@pytest.mark.parametrize("data", [{"self_reference_share": 0.5}, {"voice_warp": 0.1}, {"batch_frames": 1800}],
+                         ids=["a_batch_component_more", "a_graph_the_checkpoint_does_not_hold", "other_batch_shapes"])
+def test_resuming_with_other_data_settings_is_refused_naming_them(prepared_cache, source_run, tmp_path, data):
+    """The checkpoint's data iterator cannot continue in another pipeline (TensorFlow failed at the first batch, at the
+    restore, or on a batch shape never compiled): a clear error naming the key, nothing written; where the files are
+    and how fast they are read may change."""
+    from myxtts.training import run
+    from myxtts.training.checkpoint import check_data_resumable
+    from myxtts.training.trainer import WorkdirError
+
+    workdir = tmp_path / "run"
+    shutil.copytree(source_run, workdir, ignore=shutil.ignore_patterns("run.lock"))
+    before = _digest(workdir)
+    key, value = next(iter(data.items()))
+    cfg = trainer_config(prepared_cache, data={"num_buckets": 1, "validation_size": 0, **data},
+                         model=SMALL, audio={"griffin_lim_iters": 4}, training={"max_steps": 8})
+    with pytest.raises(WorkdirError, match=rf"data.{key}: .* -> {value}\).*config.yaml.*--init-from"):
+        run(cfg, workdir, resume=True, progress=False, echo=lambda _: None)
+    assert _digest(workdir) == before
+    latest = str(workdir / "checkpoints" / "ckpt-6")
+    elsewhere = trainer_config(prepared_cache, data={"num_buckets": 1, "validation_size": 0, "num_workers": 1,
+                                                     "prefetch_buffer_size": 1})  # another machine: the same batches
+    check_data_resumable(workdir / "config.yaml", elsewhere, workdir / "checkpoints", latest, workdir)
+
+
 def test_pitch_conditioning_warm_starts_from_a_model_without_it_trains_and_speaks(prepared_cache, source_run,
                                                                                      tmp_path):
     """The pitch modules start fresh (the rest copied), the pitch loss is trained on the clips' own F0 without a

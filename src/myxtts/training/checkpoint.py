@@ -7,7 +7,8 @@ the newest is unreadable (e.g. half-written by a killed process on a filesystem 
 
 ``check_resumable`` refuses to resume a checkpoint this config's model cannot restore into (another decoder, pitch
 conditioning switched on or off, the mel discriminator newly on, a weight average switched on or off), raising
-``WorkdirError``.
+``WorkdirError``; ``check_data_resumable`` refuses data settings that change the batches the checkpointed iterator
+was reading.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from myxtts.config import ConfigError, load_config
 from myxtts.errors import ExpectedError, InputError
 from myxtts.model.restore import (checkpoint_decoder_type, checkpoint_has_adaptive_norm, checkpoint_has_pitch,
                                   checkpoint_has_pitch_level, checkpoint_has_reference_attention, decoder_mismatch)
@@ -67,6 +69,35 @@ def check_resumable(directory: Path, latest: str, cfg: Any, adversarial: bool, w
             "'model.mel_adversarial_weight' or 'model.mel_feature_matching_weight' > 0. Resume with both at 0 (the "
             f"run's config.yaml), or start a new run from this one with --init-from {workdir} (its weights, a fresh "
             "discriminator).")
+
+
+# data keys a resume may change: where the files are and how fast they are read, not which batches come in which
+# order (another machine, a moved cache)
+DATA_KEYS_FREE_ON_RESUME = frozenset({"corpus_path", "cache_dir", "num_workers", "prefetch_buffer_size",
+                                      "prefetch_to_gpu", "service_address"})
+
+
+def check_data_resumable(saved_config: Path, cfg: Any, directory: Path, latest: str, workdir: Path) -> None:
+    """Refuse to resume ``latest`` with data settings other than the run's own (``saved_config``, its config.yaml)
+    outside ``DATA_KEYS_FREE_ON_RESUME``. The checkpoint holds the data iterator's position in the run's own input
+    pipeline; another pipeline cannot continue it: TensorFlow fails at the restore or at the first batch (a batch
+    with a component more or fewer), or the restored iterator yields batch shapes this config never compiled."""
+    if not saved_config.is_file():
+        return
+    try:
+        saved = load_config(saved_config).to_dict()["data"]
+    except ConfigError as err:  # written by another version of myxtts: nothing to compare against
+        logger.warning("Cannot read %s to compare its data settings with this config's: %s", saved_config, err)
+        return
+    wanted = cfg.to_dict()["data"]
+    changed = [f"data.{key}: {saved[key]!r} -> {wanted[key]!r}" for key in wanted
+               if key not in DATA_KEYS_FREE_ON_RESUME and key in saved and saved[key] != wanted[key]]
+    if changed:
+        raise WorkdirError(
+            f"{directory} (checkpoint {latest}) holds the position of its run's data iterator, but this config changes "
+            f"the batches it was reading ({'; '.join(changed)}): a resume cannot continue it. Resume with the run's "
+            f"values ({saved_config}), or start a new run from this one with --init-from {workdir} (its weights, a "
+            "fresh optimizer and data order).")
 
 
 class Checkpoints:

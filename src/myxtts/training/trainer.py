@@ -39,7 +39,7 @@ from myxtts.run_dir import RunDir
 from myxtts.text import Vocabulary
 from myxtts.training.acoustic_loop import (AcousticActions, AcousticLoopState, NonFiniteLossError,
                                            check_block_alignment, first_utterance)
-from myxtts.training.checkpoint import Checkpoints, WorkdirError, check_resumable
+from myxtts.training.checkpoint import Checkpoints, WorkdirError, check_data_resumable, check_resumable
 from myxtts.training.device_feed import DeviceFeed, default_device
 from myxtts.training.distribute import check_divisible, is_chief, make_strategy
 from myxtts.training.interrupt import StopOnSignals
@@ -237,6 +237,9 @@ class Trainer(StagedRun):
                                "continue that run or choose another --workdir.")
         if self.resume and checkpoints.latest:
             check_resumable(directory, checkpoints.latest, self.cfg, built.steps.adversarial, self.workdir)
+            if data_state:  # a tf.data service stream restarts on a resume: nothing to continue
+                check_data_resumable(RunDir(self.workdir).config, self.cfg, directory, checkpoints.latest,
+                                     self.workdir)
         if self.resume:
             restored_from = checkpoints.restore_latest()
         init_from = None
