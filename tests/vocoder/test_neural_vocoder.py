@@ -164,6 +164,7 @@ def held_out_mel_error(cfg, vocoder) -> float:
 
 
 def test_resume_continues_from_the_checkpoint(vocoder_cfg, trained_vocoder, tmp_path):
+    from myxtts.training.checkpoint import WorkdirError
     from myxtts.training.vocoder_trainer import VocoderTrainingError, train_vocoder
 
     workdir, _ = trained_vocoder
@@ -177,6 +178,11 @@ def test_resume_continues_from_the_checkpoint(vocoder_cfg, trained_vocoder, tmp_
     flipped = vocoder_cfg.replace(vocoder=dataclasses.replace(vocoder_cfg.vocoder, magnitude_prior=True))
     with pytest.raises(VocoderTrainingError, match=r"magnitude_prior False \(this config: True\)"):
         train_vocoder(flipped, copy, resume=True, progress=False, echo=lambda line: None)  # same shapes, other meaning
+    assert (copy / "config.yaml").read_bytes() == config
+    # the checkpointed iterator yields the run's segments (TensorFlow failed at the first batch: "Incompatible shapes")
+    shorter = vocoder_cfg.replace(vocoder=dataclasses.replace(vocoder_cfg.vocoder, segment_samples=2048))
+    with pytest.raises(WorkdirError, match=r"vocoder.segment_samples: 4096 -> 2048.*--init-from"):
+        train_vocoder(shorter, copy, resume=True, progress=False, echo=lambda line: None)
     assert (copy / "config.yaml").read_bytes() == config
     longer = vocoder_cfg.replace(training=dataclasses.replace(vocoder_cfg.training, max_steps=250,
                                                               validate_every=1000, summary_every=0))

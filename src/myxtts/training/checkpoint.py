@@ -77,21 +77,29 @@ DATA_KEYS_FREE_ON_RESUME = frozenset({"corpus_path", "cache_dir", "num_workers",
                                       "prefetch_to_gpu", "service_address"})
 
 
-def check_data_resumable(saved_config: Path, cfg: Any, directory: Path, latest: str, workdir: Path) -> None:
+# the vocoder's keys that shape its training segments, beside the data section's
+VOCODER_SEGMENT_KEYS = ("segment_samples", "batch_size", "recorded_mel_share")
+
+
+def check_data_resumable(saved_config: Path, cfg: Any, directory: Path, latest: str, workdir: Path,
+                         vocoder_keys: tuple[str, ...] = ()) -> None:
     """Refuse to resume ``latest`` with data settings other than the run's own (``saved_config``, its config.yaml)
-    outside ``DATA_KEYS_FREE_ON_RESUME``. The checkpoint holds the data iterator's position in the run's own input
-    pipeline; another pipeline cannot continue it: TensorFlow fails at the restore or at the first batch (a batch
-    with a component more or fewer), or the restored iterator yields batch shapes this config never compiled."""
+    outside ``DATA_KEYS_FREE_ON_RESUME``, or other values of ``vocoder_keys``. The checkpoint holds the data iterator's
+    position in the run's own input pipeline; another pipeline cannot continue it: TensorFlow fails at the restore or
+    at the first batch (a batch with a component more or fewer, or of another shape), or the restored iterator yields
+    batch shapes this config never compiled."""
     if not saved_config.is_file():
         return
     try:
-        saved = load_config(saved_config).to_dict()["data"]
+        saved = load_config(saved_config).to_dict()
     except ConfigError as err:  # written by another version of myxtts: nothing to compare against
         logger.warning("Cannot read %s to compare its data settings with this config's: %s", saved_config, err)
         return
-    wanted = cfg.to_dict()["data"]
-    changed = [f"data.{key}: {saved[key]!r} -> {wanted[key]!r}" for key in wanted
-               if key not in DATA_KEYS_FREE_ON_RESUME and key in saved and saved[key] != wanted[key]]
+    wanted = cfg.to_dict()
+    compared = [("data", key) for key in wanted["data"] if key not in DATA_KEYS_FREE_ON_RESUME]
+    compared += [("vocoder", key) for key in vocoder_keys]
+    changed = [f"{section}.{key}: {saved[section][key]!r} -> {wanted[section][key]!r}" for section, key in compared
+               if key in saved[section] and saved[section][key] != wanted[section][key]]
     if changed:
         raise WorkdirError(
             f"{directory} (checkpoint {latest}) holds the position of its run's data iterator, but this config changes "

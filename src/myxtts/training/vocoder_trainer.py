@@ -35,7 +35,7 @@ from myxtts.locks import DirectoryBusyError, lock_cache_for_reading, lock_run_di
 from myxtts.outputs import (VOCODER_RUN, OutputRefused, check_outside_acoustic_run, check_workdir, read_marker,
                             write_marker)
 from myxtts.run_dir import RunDir
-from myxtts.training.checkpoint import Checkpoints
+from myxtts.training.checkpoint import VOCODER_SEGMENT_KEYS, Checkpoints, check_data_resumable
 from myxtts.training.interrupt import StopOnSignals
 from myxtts.training.loop import LoopState, run_loop
 from myxtts.training.reporting import TraceAccounting
@@ -216,6 +216,9 @@ class VocoderTrainer(StagedRun):
         checkpoints = Checkpoints(
             RunDir(self.workdir).checkpoints, self.cfg.training.keep_checkpoints, step=built.step,
             iterator=data.iterator, trained_seconds=trained_seconds, **built.steps.checkpoint_objects())
+        if self.resume and checkpoints.latest:  # before the restore: TensorFlow's own error would not say why
+            check_data_resumable(RunDir(self.workdir).config, self.cfg, checkpoints.directory, checkpoints.latest,
+                                 self.workdir, vocoder_keys=VOCODER_SEGMENT_KEYS)
         restored_from = checkpoints.restore_latest() if self.resume else None
         init_source = None
         if self.init_from is not None and restored_from is None:  # a resumed run has its own weights
