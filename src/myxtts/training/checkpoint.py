@@ -72,7 +72,7 @@ def check_resumable(directory: Path, latest: str, cfg: Any, adversarial: bool, w
 
 
 # data keys a resume may change: where the files are and how fast they are read, not which batches come in which
-# order (another machine, a moved cache)
+# order (another machine, a moved cache); so may each of `data.corpora`'s paths
 DATA_KEYS_FREE_ON_RESUME = frozenset({"corpus_path", "cache_dir", "num_workers", "prefetch_buffer_size",
                                       "prefetch_to_gpu", "service_address"})
 
@@ -96,6 +96,9 @@ def check_data_resumable(saved_config: Path, cfg: Any, directory: Path, latest: 
         logger.warning("Cannot read %s to compare its data settings with this config's: %s", saved_config, err)
         return
     wanted = cfg.to_dict()
+    for settings in (saved, wanted):  # a corpus of several may move too: its other keys say what it holds
+        settings["data"]["corpora"] = [{k: v for k, v in corpus.items() if k != "path"}
+                                       for corpus in settings["data"].get("corpora") or []]
     compared = [("data", key) for key in wanted["data"] if key not in DATA_KEYS_FREE_ON_RESUME]
     compared += [("vocoder", key) for key in vocoder_keys]
     changed = [f"{section}.{key}: {saved[section][key]!r} -> {wanted[section][key]!r}" for section, key in compared
