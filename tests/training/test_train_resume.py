@@ -1,5 +1,6 @@
 """Resume after SIGKILL: the next steps are bit-identical to an uninterrupted run (CPU, deterministic), also
-through the device-feed path (batches copied to a device one step ahead, as on a GPU: here a CPU device)."""
+through the device-feed path (batches copied to a device one step ahead, as on a GPU: here a CPU device); which data
+settings a resume may change."""
 
 from __future__ import annotations
 
@@ -92,3 +93,19 @@ def test_resume_after_sigkill_is_bit_identical(prepared_cache, tmp_path):
     assert len(names) > 10 and any(n.startswith("mel_discriminator_optimizer/") for n in names)
     for name in names:
         assert np.array_equal(a.get_tensor(name), b.get_tensor(name)), name
+
+
+def test_a_resume_may_move_the_corpora_but_not_reweigh_them(tmp_path):
+    """Each corpus's path may change (the files moved); its weight, format or filters say which batches come."""
+    from myxtts.config import config_from_dict, save_config
+    from myxtts.training.checkpoint import WorkdirError, check_data_resumable
+
+    def corpora(folder, weight):
+        return config_from_dict({"data": {"corpora": [
+            {"path": str(tmp_path / folder / "list.txt"), "weight": weight},
+            {"path": str(tmp_path / folder / "cv"), "format": "commonvoice", "held_out_speakers": 2}]}})
+
+    save_config(corpora("before", 1.0), tmp_path / "config.yaml")
+    check_data_resumable(tmp_path / "config.yaml", corpora("moved", 1.0), tmp_path, "ckpt-6", tmp_path)
+    with pytest.raises(WorkdirError, match=r"data.corpora: .*'weight': 1.0.* -> .*'weight': 3.0"):
+        check_data_resumable(tmp_path / "config.yaml", corpora("moved", 3.0), tmp_path, "ckpt-6", tmp_path)

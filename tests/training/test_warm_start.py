@@ -219,22 +219,6 @@ def test_resuming_with_other_data_settings_is_refused_naming_them(prepared_cache
     check_data_resumable(workdir / "config.yaml", elsewhere, workdir / "checkpoints", latest, workdir)
 
 
-def test_a_resume_may_move_the_corpora_but_not_reweigh_them(tmp_path):
-    """Each corpus's path may change (the files moved); its weight, format or filters say which batches come."""
-    from myxtts.config import config_from_dict, save_config
-    from myxtts.training.checkpoint import WorkdirError, check_data_resumable
-
-    def corpora(folder, weight):
-        return config_from_dict({"data": {"corpora": [
-            {"path": str(tmp_path / folder / "list.txt"), "weight": weight},
-            {"path": str(tmp_path / folder / "cv"), "format": "commonvoice", "held_out_speakers": 2}]}})
-
-    save_config(corpora("before", 1.0), tmp_path / "config.yaml")
-    check_data_resumable(tmp_path / "config.yaml", corpora("moved", 1.0), tmp_path, "ckpt-6", tmp_path)
-    with pytest.raises(WorkdirError, match=r"data.corpora: .*'weight': 1.0.* -> .*'weight': 3.0"):
-        check_data_resumable(tmp_path / "config.yaml", corpora("moved", 3.0), tmp_path, "ckpt-6", tmp_path)
-
-
 def test_pitch_conditioning_warm_starts_from_a_model_without_it_trains_and_speaks(prepared_cache, source_run,
                                                                                      tmp_path):
     """The pitch modules start fresh (the rest copied), the pitch loss is trained on the clips' own F0 without a
