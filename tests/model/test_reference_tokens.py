@@ -79,17 +79,16 @@ def test_adding_the_reference_attention_starts_from_the_plain_model_then_it_lear
     assert np.abs(own.numpy() - other.numpy()).max() > 1e-3
 
 
-def test_synthesis_carries_the_tokens_in_the_voice_without_retracing(prepared_cache):
+def compiled_voices(prepared, model_keys: dict) -> tuple:
+    """A tiny parallel model with ``model_keys`` behind a warmed-up CompiledDecoder (batch 2, text bucket 32): (model,
+    decoder, three real clips' voices, a 12-token sentence twice (tokens ``[2, 32]``, lengths ``[2]``), graphs traced)."""
     from myxtts.model import build_model
     from myxtts.synthesis.decoding import CompiledDecoder
     from myxtts.text import Vocabulary
 
-    cfg = parallel_config(prepared_cache, model={"reference_tokens": TOKENS})
-    vocabulary = Vocabulary.load(prepared_cache.cache_dir / "vocab.json")
+    cfg = parallel_config(prepared, model=model_keys)
+    vocabulary = Vocabulary.load(prepared.cache_dir / "vocab.json")
     model = build_model(cfg, len(vocabulary))
-    attention = model.decoder.reference_attention  # moved off zero, as a trained one has
-    attention.output_proj.kernel.assign(tf.random.stateless_normal(attention.output_proj.kernel.shape, [3, 4],
-                                                                    stddev=0.05))
     decoder = CompiledDecoder(model, cfg.data.max_text_length, 256, cfg.data.reference_frames, truncate=True)
     decoder.warm_up(2, [32])
     traced = decoder.tracing_count()
@@ -98,7 +97,14 @@ def test_synthesis_carries_the_tokens_in_the_voice_without_retracing(prepared_ca
     assert voices.shape == (3, model.dims.conditioning_vectors, model.dims.d_model)
     tokens = np.zeros([2, 32], np.int32)
     tokens[:, :12] = batch["tokens"].numpy()[0, :12]
-    lengths = np.full([2], 12, np.int32)
+    return model, decoder, voices, (tokens, np.full([2], 12, np.int32)), traced
+
+
+def test_synthesis_carries_the_tokens_in_the_voice_without_retracing(prepared_cache):
+    model, decoder, voices, (tokens, lengths), traced = compiled_voices(prepared_cache, {"reference_tokens": TOKENS})
+    attention = model.decoder.reference_attention  # moved off zero, as a trained one has
+    attention.output_proj.kernel.assign(tf.random.stateless_normal(attention.output_proj.kernel.shape, [3, 4],
+                                                                    stddev=0.05))
     # one sentence, two voices whose pooled latents are the same and whose reference tokens are another clip's
     k = model.dims.num_speaker_latents
     voice = np.stack([voices[0], np.concatenate([voices[0, :k], voices[1, k:]])])

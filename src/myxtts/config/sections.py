@@ -145,6 +145,11 @@ class ModelConfig:
     # speaker latents (frame-level reference attention, Attentron): the voice as it sounds, not only a summary of it.
     # The attention's output starts at zero, so a warm start from a model without it begins as that model. 0: off
     reference_tokens: int = 0
+    # parallel decoder: the decoder's mel is moved this share (0-1) of the way from its long-term spectrum (the mean
+    # log mel over the frames that speak) to the reference's, in training as at synthesis, so the decoder leaves that
+    # part of the voice to the reference (model/spectrum.py). No new weights: a warm start begins as its model moved
+    # that share. 0: off
+    reference_spectrum: float = 0.0
     text_ff_kernel: int | None = None  # text encoder feed-forward: 1 position-wise, > 1 convolution over k tokens
     # frames per decoder step; None: the decoder's own (parallel 1, the only value it takes; autoregressive 2)
     reduction_factor: int | None = None

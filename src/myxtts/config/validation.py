@@ -131,6 +131,9 @@ def _check_model_keys(cfg: Config) -> None:
         raise ConfigError(f"Config key 'model.reference_tokens' ({m.reference_tokens}) exceeds 'data.reference_frames' "
                          f"({d.reference_frames}): each token averages a stretch of at least one reference frame; "
                          "choose at most data.reference_frames.")
+    if not 0.0 <= m.reference_spectrum <= 1.0:  # NaN fails too
+        raise ConfigError(f"Config key 'model.reference_spectrum' must be a share in [0, 1] (0: off, 1: the "
+                         f"reference's long-term spectrum in full), got {m.reference_spectrum}.")
     for key in ("mel_l2_weight", "mel_delta_weight", "mel_adversarial_weight", "mel_feature_matching_weight"):
         if getattr(m, key) < 0:
             raise ConfigError(f"Config key 'model.{key}' must be >= 0, got {getattr(m, key)}.")
@@ -289,7 +292,7 @@ def _check_vocoder_family_keys(cfg: Config) -> None:
 
 # keys that only one decoder reads: set to anything but the default for the other decoder, they are rejected
 AUTOREGRESSIVE_ONLY_KEYS = ("decoder_layers", "prenet_dim")
-PARALLEL_ONLY_KEYS = ("decoder_conv_blocks", "speaker_adaptive_norm", "reference_tokens")
+PARALLEL_ONLY_KEYS = ("decoder_conv_blocks", "speaker_adaptive_norm", "reference_tokens", "reference_spectrum")
 
 
 def _check_decoder_keys(m: ModelConfig) -> None:

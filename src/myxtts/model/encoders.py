@@ -10,6 +10,7 @@ import tensorflow as tf
 from myxtts.model.layers import (BuiltByFirstCall, MultiHeadAttention, SiteCounter, TransformerBlock, length_mask,
                                  sinusoid_table, stateless_dropout, static_or_dynamic_dim)
 from myxtts.model.presets import CONDITIONING_KERNEL, ModelDims
+from myxtts.model.spectrum import spectrum_rows
 
 
 class TextEncoder(BuiltByFirstCall, keras.layers.Layer):
@@ -72,7 +73,8 @@ def stretch_means(frames, mask, count: int):
 
 class ConditioningEncoder(keras.layers.Layer):
     """Reference mel ``[B, T_ref, n_mels]`` -> K speaker latents ``[B, K, d]``, then with ``model.reference_tokens``
-    R reference tokens: ``[B, K + R, d]``.
+    R reference tokens: ``[B, K + R, d]``, then with ``model.reference_spectrum`` the reference's long-term spectrum
+    in the last rows (model/spectrum.py).
 
     Convolutions (masked after each layer so padding never leaks in) then attention pooling with K
     learned queries over the real reference frames. Trained jointly with the decoder, so the latents
@@ -111,8 +113,10 @@ class ConditioningEncoder(keras.layers.Layer):
         # [B, K, d] queries, one set shared by the batch
         queries = tf.zeros_like(x[:, :1, :1]) + tf.cast(self.latent_queries, x.dtype)[None]
         latents, _ = self.pooling(queries, x, mask[:, None, None, :], training=training, seed=seed)
-        latents = self.output_norm(latents + queries)  # [B, K, d]
-        if not self.dims.reference_tokens:
-            return latents
-        tokens = stretch_means(x, mask, self.dims.reference_tokens)  # [B, R, d]
-        return tf.concat([latents, self.reference_norm(self.reference_proj(tokens))], axis=1)  # [B, K + R, d]
+        rows = [self.output_norm(latents + queries)]  # [B, K, d]
+        if self.dims.reference_tokens:
+            tokens = stretch_means(x, mask, self.dims.reference_tokens)  # [B, R, d]
+            rows.append(self.reference_norm(self.reference_proj(tokens)))
+        if self.dims.reference_spectrum > 0:  # from the mel itself, not the convolutions: [B, spectrum rows, d]
+            rows.append(spectrum_rows(reference_mel, mask, self.dims.d_model, rows[0].dtype))
+        return rows[0] if len(rows) == 1 else tf.concat(rows, axis=1)  # [B, K (+ R) (+ spectrum rows), d]

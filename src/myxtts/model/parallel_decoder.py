@@ -54,7 +54,8 @@ class ParallelDecoder(BuiltByFirstCall, keras.layers.Layer):
     an attention of every frame over the K latents after block ``SPEAKER_ATTENTION_AFTER``; with
     ``model.speaker_adaptive_norm`` a third time, in every block's norm (the mean of the latents). With
     ``model.reference_tokens`` the conditioning is ``[B, K + R, d]`` and every frame also attends over the R reference
-    tokens after that block (its output projection starts at zero).
+    tokens after that block (its output projection starts at zero). With ``model.reference_spectrum`` the last rows are
+    the reference's long-term spectrum, which ``TTSModel.decode`` reads (model/spectrum.py), not this decoder.
     """
 
     def __init__(self, dims: ModelDims, sites: SiteCounter, **kwargs):
@@ -89,7 +90,8 @@ class ParallelDecoder(BuiltByFirstCall, keras.layers.Layer):
                                                    seed=seed)
                 x = (x + update) * mask
                 if self.dims.reference_tokens:
-                    reference = conditioning[:, self.dims.num_speaker_latents:]  # [B, R, d]
+                    first = self.dims.num_speaker_latents
+                    reference = conditioning[:, first:first + self.dims.reference_tokens]  # [B, R, d]
                     update, _ = self.reference_attention(self.reference_norm(x), reference, all_visible(),
                                                          training=training, seed=seed)
                     x = (x + update) * mask

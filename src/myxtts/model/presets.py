@@ -56,12 +56,20 @@ class ModelDims:
     speaker_adaptive_norm: bool = False  # parallel decoder: block norms scaled and shifted by the speaker vector
     pitch_level: bool = False  # pitch conditioning: absolute token pitch, its level predicted from the speaker latents
     reference_tokens: int = 0  # parallel decoder: frame-level reference tokens after the K pooled latents (0: none)
+    reference_spectrum: float = 0.0  # parallel decoder: the reference's long-term spectrum's share (model/spectrum.py)
 
     @property
     def conditioning_vectors(self) -> int:
-        """Rows of the conditioning encoder's output ``[B, K + reference_tokens, d]``: the K pooled speaker latents,
-        then the reference tokens."""
-        return self.num_speaker_latents + self.reference_tokens
+        """Rows of the conditioning encoder's output ``[B, K + reference_tokens (+ 1), d]``: the K pooled speaker
+        latents, then the reference tokens, then with ``reference_spectrum`` > 0 the reference's long-term spectrum
+        (``spectrum_rows``)."""
+        return self.num_speaker_latents + self.reference_tokens + self.spectrum_rows
+
+    @property
+    def spectrum_rows(self) -> int:
+        """Rows the reference's long-term spectrum ``[n_mels]`` takes at the conditioning's end, ``d`` values a row
+        (model/spectrum.py); 0 without ``reference_spectrum``."""
+        return -(-self.n_mels // self.d_model) if self.reference_spectrum > 0 else 0
 
 
 def resolve_dims(model_cfg: ModelConfig, vocab_size: int, n_mels: int) -> ModelDims:
@@ -83,7 +91,8 @@ def resolve_dims(model_cfg: ModelConfig, vocab_size: int, n_mels: int) -> ModelD
                      dropout=model_cfg.dropout, max_positions=model_cfg.max_attention_sequence_length,
                      pitch_conditioning=model_cfg.pitch_conditioning, pitch_level=model_cfg.pitch_level,
                      speaker_adaptive_norm=model_cfg.speaker_adaptive_norm,
-                     reference_tokens=model_cfg.reference_tokens, **values)
+                     reference_tokens=model_cfg.reference_tokens,
+                     reference_spectrum=model_cfg.reference_spectrum, **values)
 
 
 def describe(dims: ModelDims) -> dict[str, int | float]:

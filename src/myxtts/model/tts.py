@@ -12,6 +12,7 @@ Where a batch is consumed (``TTSModel.call``)::
     latents = conditioning_encoder(reference mel)                       # [B, K (+ reference tokens), d]
     (model.pitch_conditioning: text += pitch_embedding(token pitch); model/pitch.py)
     mel_before = decoder(frames, latents); mel_after = postnet(mel_before)
+    (model.reference_spectrum: mel_before moved toward the reference's long-term spectrum; model/spectrum.py)
 
 At synthesis the hard alignment comes from the predicted durations instead (``durations_from_log`` +
 ``alignment_from_durations``); nothing attends freely over the text, so the output can neither skip nor repeat.
@@ -34,6 +35,7 @@ from myxtts.model.layers import BuiltByFirstCall, SiteCounter, length_mask, stat
 from myxtts.model.pitch import (PitchEmbedding, PitchLevelPredictor, absolute_token_pitch, token_pitch_targets,
                                 utterance_pitch_level)
 from myxtts.model.presets import ModelDims
+from myxtts.model.spectrum import move_spectrum
 
 
 class TTSModel(BuiltByFirstCall, keras.Model):
@@ -103,6 +105,8 @@ class TTSModel(BuiltByFirstCall, keras.Model):
         frame_mask = length_mask(mel_lengths, static_or_dynamic_dim(hard_alignment, 1))  # [B, T_mel]
         frames = length_regulate(hard_alignment, text_encodings)  # [B, T_mel, d]
         mel_before = self.run_decoder(frames, frame_mask, latents, target_mel, training=training, seed=seed)
+        if self.dims.reference_spectrum > 0:  # the reference's long-term spectrum, a share of the way (spectrum.py)
+            mel_before = move_spectrum(mel_before, frame_mask, latents, self.dims.reference_spectrum)
         mel_after = self.postnet(mel_before, frame_mask, training=training, seed=seed)
         return mel_before, mel_after
 

@@ -13,7 +13,8 @@ read. What must agree, each checked with an error naming both sides:
 not agree: a run that adds the pitch modules, the pitch level predictor, the decoder's speaker-adaptive norms or the
 reference attention starts them fresh (logged, and recorded as ``fresh_variables``; the pitch embedding, the norms'
 projections and the reference attention's output start at zero, so the run begins as its source), one without them
-leaves the source's out (logged, and recorded as ``dropped_variables``).
+leaves the source's out (logged, and recorded as ``dropped_variables``). ``model.reference_spectrum`` has no
+variable: a run that sets it begins as its source moved toward each reference's long-term spectrum.
 
 Mel normalisation (``training.init_mel_stats``): by default the run keeps the source's statistics
 (``mel_stats.json``), the scale its model learned to read and write, so the first step starts where the source
@@ -46,9 +47,10 @@ from myxtts.vocoder.packing import install_own_vocoder
 
 logger = logging.getLogger(__name__)
 
-# model sizes that need not agree: dropout has no variable, the positions table is a constant
+# model sizes that need not agree: dropout and the reference spectrum have no variable, the positions table is a
+# constant
 _FREE_DIMS = ("vocab_size", "dropout", "max_positions", "pitch_conditioning", "speaker_adaptive_norm", "pitch_level",
-              "reference_tokens")
+              "reference_tokens", "reference_spectrum")
 # modules a warm start may add or drop (copy_weights), each a test on a variable's plain path: the pitch predictor and
 # embedding (model/pitch.py), the parallel decoder's speaker-adaptive norms (model/parallel_decoder.py), and the pitch
 # level predictor (model/pitch.py), the reference tokens' projection and the decoder's attention over them
