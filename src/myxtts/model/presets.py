@@ -60,9 +60,9 @@ class ModelDims:
 
     @property
     def conditioning_vectors(self) -> int:
-        """Rows of the conditioning encoder's output ``[B, K + reference_tokens (+ 1), d]``: the K pooled speaker
-        latents, then the reference tokens, then with ``reference_spectrum`` > 0 the reference's long-term spectrum
-        (``spectrum_rows``)."""
+        """Rows of the conditioning encoder's output ``[B, K + reference_tokens + spectrum_rows, d]``: the K pooled
+        speaker latents, then the reference tokens, then with ``reference_spectrum`` > 0 the reference's long-term
+        spectrum."""
         return self.num_speaker_latents + self.reference_tokens + self.spectrum_rows
 
     @property
